@@ -1,0 +1,38 @@
+"""pgmem: shared, durable memory for fleets of AI agents, on PostgreSQL and pgvector.
+
+The API lives in SQL (schema ``pgmem``); this package is a thin psycopg 3 wrapper over it. Start with
+:class:`Memory`.
+"""
+
+from .client import AddResult, HistoryEvent, Memory, MemoryRecord, Page, Space, SpaceStats
+from .embedders import Embedder, SentenceTransformerEmbedder, default_embedder
+from .errors import (
+    AmbiguousEdit,
+    DatabaseError,
+    DatabaseUnavailable,
+    DimensionMismatch,
+    DuplicateMemory,
+    EditError,
+    EmbedderError,
+    EmbeddingSpaceMismatch,
+    IdentityError,
+    InvalidFilter,
+    NeedleNotFound,
+    NotFound,
+    PermissionDenied,
+    PgmemError,
+    SchemaError,
+    ScopeRequired,
+    ValidationError,
+    VersionConflict,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AddResult", "AmbiguousEdit", "DatabaseError", "DatabaseUnavailable", "DimensionMismatch", "DuplicateMemory",
+    "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
+    "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
+    "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
+    "ValidationError", "VersionConflict", "default_embedder",
+]

@@ -1,0 +1,91 @@
+"""Applying pgmem's SQL migrations with yoyo-migrations.
+
+The migrations are plain SQL files under ``sql/`` (shipped inside the wheel as ``pgmem/sql``). A DBA can
+apply them without Python code of ours: ``yoyo apply --database postgresql+psycopg://... $(pgmem sql-path)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import PgmemError, SchemaError, from_psycopg
+
+
+def sql_path() -> Path:
+    """Directory holding the migration files: ``pgmem/sql`` in a wheel, the repository's ``sql/`` in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "sql", here.parent / "sql"):
+        if candidate.is_dir() and any(candidate.glob("*.sql")):
+            return candidate
+    raise SchemaError(f"pgmem's migration files are missing (looked in {here / 'sql'} and {here.parent / 'sql'})")
+
+
+def yoyo_url(dsn: str) -> str:
+    """A libpq URL as yoyo wants it: ``postgresql+psycopg://`` selects psycopg 3."""
+    for prefix in ("postgresql://", "postgres://"):
+        if dsn.startswith(prefix):
+            return "postgresql+psycopg://" + dsn[len(prefix):]
+    if dsn.startswith("postgresql+psycopg://"):
+        return dsn
+    raise SchemaError(f"pgmem migrate needs a postgresql:// URL, got {dsn.split('://')[0]}://...")
+
+
+def _backend_and_migrations(dsn: str):
+    from yoyo import get_backend, read_migrations
+
+    return get_backend(yoyo_url(dsn)), read_migrations(str(sql_path()))
+
+
+def _run(fn):
+    import psycopg
+
+    try:
+        return fn()
+    except PgmemError:
+        raise
+    except psycopg.Error as exc:
+        raise from_psycopg(exc) from exc
+
+
+def pending(dsn: str) -> list[str]:
+    """Ids of the migrations not yet applied to the database at ``dsn``."""
+    def go():
+        backend, migrations = _backend_and_migrations(dsn)
+        return [m.id for m in backend.to_apply(migrations)]
+    return _run(go)
+
+
+def applied(dsn: str) -> list[str]:
+    """Ids of the migrations applied to the database at ``dsn``, in order."""
+    def go():
+        backend, migrations = _backend_and_migrations(dsn)
+        done = backend.get_applied_migration_hashes()
+        return [m.id for m in migrations if m.hash in done]
+    return _run(go)
+
+
+def migrate(dsn: str) -> list[str]:
+    """Apply every pending migration under yoyo's lock; returns the ids applied (empty when up to date).
+
+    Raises :class:`SchemaError` with the DBA's command when pgvector is missing and cannot be created.
+    """
+    def go():
+        backend, migrations = _backend_and_migrations(dsn)
+        with backend.lock():
+            todo = backend.to_apply(migrations)
+            backend.apply_migrations(todo)
+            return [m.id for m in todo]
+    return _run(go)
+
+
+def rollback(dsn: str, count: int | None = None) -> list[str]:
+    """Roll back the last ``count`` applied migrations (all when None); returns the ids rolled back."""
+    def go():
+        backend, migrations = _backend_and_migrations(dsn)
+        with backend.lock():
+            todo = backend.to_rollback(migrations)
+            if count is not None:
+                todo = todo[:count]
+            backend.rollback_migrations(todo)
+            return [m.id for m in todo]
+    return _run(go)

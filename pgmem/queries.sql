@@ -1,0 +1,63 @@
+-- Every statement the Python wrapper runs. One block per query: a "-- name --" line, then one statement
+-- calling one pgmem function with named arguments and explicit casts. Python never assembles SQL text.
+
+-- act_as --
+SELECT pgmem.act_as(p_user_id => %(user_id)s::text)
+
+-- current_user_id --
+SELECT pgmem.current_user_id() AS user_id
+
+-- create_space --
+SELECT * FROM pgmem.create_space(p_name => %(name)s::text, p_model => %(model)s::text, p_dims => %(dims)s::integer,
+    p_distance => %(distance)s::text, p_hnsw_m => %(hnsw_m)s::integer, p_hnsw_ef_construction => %(hnsw_ef_construction)s::integer)
+
+-- space --
+SELECT * FROM pgmem.space(p_name => %(name)s::text)
+
+-- add --
+SELECT * FROM pgmem.add(p_space => %(space)s::text, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
+    p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_metadata => %(metadata)s::jsonb,
+    p_expires_at => %(expires_at)s::timestamptz, p_model => %(model)s::text)
+
+-- add_batch --
+SELECT * FROM pgmem.add_batch(p_space => %(space)s::text, p_contents => %(contents)s::text[],
+    p_embeddings => %(embeddings)s::vector[], p_agent_ids => %(agent_ids)s::text[], p_session_ids => %(session_ids)s::text[],
+    p_metadata => %(metadata)s::jsonb[], p_expires_at => %(expires_at)s::timestamptz[], p_model => %(model)s::text)
+
+-- get --
+SELECT * FROM pgmem.get(p_id => %(id)s::uuid)
+
+-- list --
+SELECT * FROM pgmem.list(p_space => %(space)s::text, p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text,
+    p_filter => %(filter)s::jsonb, p_limit => %(limit)s::integer, p_after_created_at => %(after_created_at)s::timestamptz,
+    p_after_id => %(after_id)s::uuid, p_created_after => %(created_after)s::timestamptz,
+    p_created_before => %(created_before)s::timestamptz, p_contains => %(contains)s::text)
+
+-- search --
+SELECT * FROM pgmem.search(p_space => %(space)s::text, p_embedding => %(embedding)s::vector, p_k => %(k)s::integer,
+    p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_filter => %(filter)s::jsonb,
+    p_min_similarity => %(min_similarity)s::double precision, p_model => %(model)s::text,
+    p_created_after => %(created_after)s::timestamptz, p_created_before => %(created_before)s::timestamptz)
+
+-- update --
+SELECT * FROM pgmem.update(p_id => %(id)s::uuid, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
+    p_metadata => %(metadata)s::jsonb, p_replace_metadata => %(replace_metadata)s::boolean,
+    p_expected_version => %(expected_version)s::integer, p_agent_id => %(agent_id)s::text, p_model => %(model)s::text)
+
+-- edit --
+SELECT * FROM pgmem.edit(p_id => %(id)s::uuid, p_needle => %(needle)s::text, p_replacement => %(replacement)s::text,
+    p_embedding => %(embedding)s::vector, p_expected_version => %(expected_version)s::integer,
+    p_agent_id => %(agent_id)s::text, p_model => %(model)s::text)
+
+-- delete --
+SELECT pgmem.delete(p_id => %(id)s::uuid, p_agent_id => %(agent_id)s::text) AS deleted
+
+-- delete_all --
+SELECT pgmem.delete_all(p_space => %(space)s::text, p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text,
+    p_filter => %(filter)s::jsonb, p_confirm => %(confirm)s::boolean, p_actor => %(actor)s::text) AS deleted
+
+-- history --
+SELECT * FROM pgmem.history(p_id => %(id)s::uuid)
+
+-- stats --
+SELECT * FROM pgmem.stats(p_space => %(space)s::text)

@@ -1,0 +1,148 @@
+"""Input checks that run before anything is sent to the database.
+
+Limits (also enforced by the schema, see docs/limits.md):
+
+- content: 1 to ``MAX_CONTENT_CHARS`` (100,000) Unicode characters, not only white space. PostgreSQL's
+  ``tsvector`` holds at most 1 MiB, and 100,000 characters are at most 400,000 bytes of UTF-8, so
+  full-text indexing of the longest memory stays safe.
+- metadata: a JSON object of at most ``MAX_METADATA_BYTES`` (64 KiB) serialised, finite numbers only.
+- ids (user, agent, session): 1 to 256 characters.
+- text anywhere: no NUL character (PostgreSQL text cannot hold it) and no lone surrogate (not UTF-8).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import DimensionMismatch, ValidationError
+
+MAX_CONTENT_CHARS = 100_000
+MAX_METADATA_BYTES = 65_536
+MAX_ID_CHARS = 256
+MAX_K = 1000
+MAX_BATCH = 10_000
+
+
+def check_text(value: Any, field: str, *, index: int | None = None) -> str:
+    """Refuse a non-string, a NUL character or a lone surrogate; return the string unchanged."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string, got {type(value).__name__}", field=field, index=index)
+    if "\x00" in value:
+        raise ValidationError(f"{field} contains a NUL character (\\x00), which PostgreSQL text cannot store",
+                              field=field, index=index)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{field} contains a lone surrogate ({value[exc.start]!r} at position {exc.start}); "
+                              "it is not valid Unicode text", field=field, index=index) from None
+    return value
+
+
+def check_content(value: Any, *, field: str = "content", index: int | None = None) -> str:
+    check_text(value, field, index=index)
+    if not value.strip():
+        raise ValidationError(f"{field} is empty or only white space", field=field, index=index)
+    if len(value) > MAX_CONTENT_CHARS:
+        raise ValidationError(f"{field} has {len(value)} characters; the limit is {MAX_CONTENT_CHARS}",
+                              field=field, index=index)
+    return value
+
+
+def check_query(value: Any) -> str:
+    """A search text: refused when empty or white space only (it would otherwise match everything)."""
+    check_text(value, "query")
+    if not value.strip():
+        raise ValidationError("query text is empty or only white space", field="query")
+    return value
+
+
+def check_id(value: Any, field: str, *, index: int | None = None, optional: bool = True) -> str | None:
+    if value is None:
+        if optional:
+            return None
+        raise ValidationError(f"{field} is required", field=field, index=index)
+    check_text(value, field, index=index)
+    if not value or len(value) > MAX_ID_CHARS:
+        raise ValidationError(f"{field} must have 1 to {MAX_ID_CHARS} characters", field=field, index=index)
+    return value
+
+
+def _walk_json(value: Any, path: str, field: str, index: int | None) -> None:
+    if isinstance(value, str):
+        check_text(value, f"{field} value at {path}", index=index)
+    elif isinstance(value, bool) or value is None or isinstance(value, int):
+        return
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(f"{field} value at {path} is {value}; JSON has no NaN or infinity",
+                                  field=field, index=index)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError(f"{field} key {key!r} at {path} is not a string", field=field, index=index)
+            check_text(key, f"{field} key at {path}", index=index)
+            _walk_json(item, f"{path}.{key}", field, index)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _walk_json(item, f"{path}[{i}]", field, index)
+    else:
+        raise ValidationError(f"{field} value at {path} of type {type(value).__name__} is not JSON",
+                              field=field, index=index)
+
+
+def check_metadata(value: Any, *, field: str = "metadata", index: int | None = None) -> dict | None:
+    """A JSON object with string keys, finite numbers, no NUL or lone surrogate; at most 64 KiB."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"{field} must be a JSON object (dict), got {type(value).__name__}",
+                              field=field, index=index)
+    _walk_json(value, "$", field, index)
+    size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise ValidationError(f"{field} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}",
+                              field=field, index=index)
+    return dict(value)
+
+
+def check_filter(value: Any) -> dict | None:
+    """A metadata filter: a JSON object (the operators are checked by the database, error InvalidFilter)."""
+    return check_metadata(value, field="filter")
+
+
+def check_vector(value: Any, dims: int, *, field: str = "embedding", index: int | None = None,
+                 context: str = "") -> np.ndarray:
+    """Return ``value`` as a float32 array of shape ``(dims,)``; refuse a wrong length, NaN, ±Inf or a zero vector.
+
+    The message of a wrong length reads ``expected 384 dimensions, got 768`` followed by ``context``
+    (the space and model).
+    """
+    try:
+        arr = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValidationError(f"{field} must be a sequence of numbers", field=field, index=index) from None
+    if arr.ndim != 1:
+        raise ValidationError(f"{field} must be one-dimensional, got shape {arr.shape}", field=field, index=index)
+    if arr.shape[0] != dims:
+        raise DimensionMismatch(f"expected {dims} dimensions, got {arr.shape[0]}{context}", field=field, index=index)
+    if not np.all(np.isfinite(arr)):
+        raise ValidationError(f"{field} contains NaN or infinity", field=field, index=index)
+    if not np.any(arr):
+        raise ValidationError(f"{field} is a zero vector, which has no cosine similarity", field=field, index=index)
+    return arr
+
+
+def check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise ValidationError(f"k must be an integer from 1 to {MAX_K}, got {k!r}", field="k")
+    return k
+
+
+def check_batch_size(items: Sequence) -> None:
+    if len(items) > MAX_BATCH:
+        raise ValidationError(f"a batch holds at most {MAX_BATCH} memories, got {len(items)}", field="items")
