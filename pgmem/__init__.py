@@ -5,7 +5,7 @@ The API lives in SQL (schema ``pgmem``); this package is a thin psycopg 3 wrappe
 """
 
 from .client import AddResult, HistoryEvent, Memory, MemoryRecord, Page, Space, SpaceStats
-from .embedders import Embedder, SentenceTransformerEmbedder, default_embedder
+from .embedders import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder
 from .errors import (
     AmbiguousEdit,
     DatabaseError,
@@ -33,6 +33,6 @@ __all__ = [
     "AddResult", "AmbiguousEdit", "DatabaseError", "DatabaseUnavailable", "DimensionMismatch", "DuplicateMemory",
     "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
-    "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
+    "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
     "ValidationError", "VersionConflict", "default_embedder",
 ]

@@ -309,6 +309,9 @@ class Memory:
         emb, space = self._checked_embedder(conn)
         try:
             out = emb.embed(list(texts))
+        except DimensionMismatch as exc:
+            raise DimensionMismatch(f"{exc.message}; space {space.name!r} is bound to model {space.model!r}",
+                                    field="embedding") from exc
         except PgmemError:
             raise
         except Exception as exc:
