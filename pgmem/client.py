@@ -357,7 +357,7 @@ class Memory:
         """Store many memories in one statement, all or nothing (at most 10,000).
 
         ``items``: strings, or dicts with ``content`` and optional ``metadata``, ``agent_id``, ``session_id``,
-        ``expires_at``, ``embedding``. Every item is validated first; a bad one raises ValidationError naming
+        ``expires_at``, ``created_at`` (when the memory was made, for imports; default now), ``embedding``. Every item is validated first; a bad one raises ValidationError naming
         its index and nothing is written. Returns one AddResult per item, in order.
         """
         v.check_batch_size(items)
@@ -367,7 +367,7 @@ class Memory:
                 item = {"content": item}
             elif not isinstance(item, Mapping):
                 raise ValidationError("must be a string or a mapping with 'content'", field="items", index=i)
-            unknown = set(item) - {"content", "metadata", "agent_id", "session_id", "expires_at", "embedding"}
+            unknown = set(item) - {"content", "metadata", "agent_id", "session_id", "expires_at", "created_at", "embedding"}
             if unknown:
                 raise ValidationError(f"unknown keys {sorted(unknown)}", field="items", index=i)
             norm.append({
@@ -376,6 +376,7 @@ class Memory:
                 "agent_id": v.check_id(item.get("agent_id"), "agent_id", index=i) or agent_id or self.agent_id,
                 "session_id": v.check_id(item.get("session_id"), "session_id", index=i) or session_id,
                 "expires_at": item.get("expires_at"),
+                "created_at": item.get("created_at"),
                 "embedding": item.get("embedding"),
             })
         if not norm:
@@ -395,7 +396,8 @@ class Memory:
             "space": space.name, "contents": [it["content"] for it in norm],
             "embeddings": [it["embedding"] for it in norm], "agent_ids": [it["agent_id"] for it in norm],
             "session_ids": [it["session_id"] for it in norm], "metadata": [Jsonb(it["metadata"]) for it in norm],
-            "expires_at": [it["expires_at"] for it in norm], "model": model}, conn)
+            "expires_at": [it["expires_at"] for it in norm], "model": model,
+            "created_at": [it["created_at"] for it in norm]}, conn)
         return [AddResult(r["id"], r["created"]) for r in rows]
 
     def update(self, id: UUID | str, *, content: str | None = None, metadata: Mapping[str, Any] | None = None,

@@ -22,7 +22,8 @@ SELECT * FROM pgmem.add(p_space => %(space)s::text, p_content => %(content)s::te
 -- add_batch --
 SELECT * FROM pgmem.add_batch(p_space => %(space)s::text, p_contents => %(contents)s::text[],
     p_embeddings => %(embeddings)s::vector[], p_agent_ids => %(agent_ids)s::text[], p_session_ids => %(session_ids)s::text[],
-    p_metadata => %(metadata)s::jsonb[], p_expires_at => %(expires_at)s::timestamptz[], p_model => %(model)s::text)
+    p_metadata => %(metadata)s::jsonb[], p_expires_at => %(expires_at)s::timestamptz[], p_model => %(model)s::text,
+    p_created_at => %(created_at)s::timestamptz[])
 
 -- get --
 SELECT * FROM pgmem.get(p_id => %(id)s::uuid)

@@ -581,7 +581,7 @@ COMMENT ON FUNCTION pgmem.add(text, text, vector, text, text, jsonb, timestamptz
 CREATE FUNCTION pgmem.add_batch(
     p_space text, p_contents text[], p_embeddings vector[],
     p_agent_ids text[] DEFAULT NULL, p_session_ids text[] DEFAULT NULL, p_metadata jsonb[] DEFAULT NULL,
-    p_expires_at timestamptz[] DEFAULT NULL, p_model text DEFAULT NULL
+    p_expires_at timestamptz[] DEFAULT NULL, p_model text DEFAULT NULL, p_created_at timestamptz[] DEFAULT NULL
 ) RETURNS TABLE (ordinal integer, id uuid, created boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -596,7 +596,8 @@ BEGIN
        OR (p_agent_ids IS NOT NULL AND cardinality(p_agent_ids) <> v_n)
        OR (p_session_ids IS NOT NULL AND cardinality(p_session_ids) <> v_n)
        OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> v_n)
-       OR (p_expires_at IS NOT NULL AND cardinality(p_expires_at) <> v_n) THEN
+       OR (p_expires_at IS NOT NULL AND cardinality(p_expires_at) <> v_n)
+       OR (p_created_at IS NOT NULL AND cardinality(p_created_at) <> v_n) THEN
         RAISE EXCEPTION 'batch arrays must all have % items', v_n USING ERRCODE = 'PGM08';
     END IF;
     IF v_n > 10000 THEN
@@ -612,9 +613,9 @@ BEGIN
             v_bad - 1, v_space.dims, vector_dims(p_embeddings[v_bad]), v_space.name, v_space.model USING ERRCODE = 'PGM02';
     END IF;
     WITH ins AS (
-        INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at)
+        INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at)
         SELECT v_user, v_space.space_id, p_agent_ids[o], p_session_ids[o], p_contents[o], p_embeddings[o],
-               coalesce(p_metadata[o], '{}'), p_expires_at[o]
+               coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now())
         FROM generate_series(1, v_n) AS o
         ORDER BY o
         ON CONFLICT ON CONSTRAINT memories_content_key DO NOTHING
@@ -633,8 +634,8 @@ BEGIN
     ORDER BY x.o;
 END
 $$;
-COMMENT ON FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text) IS
-    'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id.';
+COMMENT ON FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[]) IS
+    'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now().';
 
 CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision DEFAULT NULL) RETURNS pgmem.memory
 LANGUAGE sql STABLE
@@ -1031,7 +1032,7 @@ GRANT EXECUTE ON FUNCTION
     pgmem._to_memory(pgmem.memories, text, double precision), pgmem.count_occurrences(text, text),
     pgmem._memories_before_write(),
     pgmem.add(text, text, vector, text, text, jsonb, timestamptz, text),
-    pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text),
+    pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[]),
     pgmem.get(uuid), pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text),
     pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz),
     pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text),

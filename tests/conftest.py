@@ -29,7 +29,9 @@ def _migrate_template(host: str, port: int, user: str, dbname: str, password: st
 
 
 postgresql_noproc = factories.postgresql_noproc(
-    host=SOCKET_DIR, port=5432, user="postgres", password="", dbname="pgmem_test", load=[_migrate_template])
+    host=SOCKET_DIR, port=5432, user="postgres", password="",
+    # one template per pytest process, so that concurrent runs on one server never collide
+    dbname=f"pgmem_test_{os.getpid()}", load=[_migrate_template])
 postgresql = factories.postgresql("postgresql_noproc")
 
 
