@@ -720,6 +720,63 @@ def stats(ctx: typer.Context,
     emit(o, rows, readable)
 
 
+# --------------------------------------------------------------------------------------------------------
+# The main job and bulk import
+# --------------------------------------------------------------------------------------------------------
+@app.command()
+def demo(ctx: typer.Context, dsn: DsnOpt = None) -> None:
+    """The main job end to end: two agents of one user write what they learned, a third recalls it with
+    scores, a second user sees nothing. Runs on the embedded server unless --dsn / PGMEM_DSN is set."""
+    from . import demo as demo_mod
+
+    o = options(ctx, dsn=dsn)
+    code = demo_mod.run(console(), dsn=o.dsn)
+    raise typer.Exit(code)
+
+
+@app.command("import")
+def import_(ctx: typer.Context,
+            file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
+                                                 help="A JSONL file (one memory per line) or a LoCoMo JSON file.")],
+            fmt: Annotated[Optional[str], typer.Option(
+                "--format", help="jsonl or locomo (default: detected from the file).")] = None,
+            batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=10000,
+                                                    help="Memories per add_batch statement.")] = 256,
+            dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
+            role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Import memories in batches, with a progress bar and a summary (rows, seconds, rows/s, duplicates
+    skipped, failures with reasons). JSONL lines name their user; --user is the default for lines without."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from . import importer
+
+    o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+    total = importer.count_records(file, fmt)
+    with memory(o, user_required=False) as m:
+        m.space()  # create the space for the embedder when missing, before the first batch
+        with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=console(stderr=True), disable=o.as_json, transient=False) as bar:
+            task = bar.add_task("import", total=total)
+            summary = importer.import_file(m, file, fmt=fmt, default_user=o.user, batch_size=batch_size,
+                                           progress=lambda n: bar.advance(task, n))
+    data = {"rows": summary.rows, "added": summary.added, "duplicates": summary.duplicates,
+            "failures": [{"where": f.where, "reason": f.reason} for f in summary.failures],
+            "seconds": round(summary.seconds, 3), "rows_per_second": round(summary.rows_per_second, 1)}
+
+    def readable() -> None:
+        c = console()
+        c.print(f"{summary.rows} rows in {summary.seconds:.1f} s ({summary.rows_per_second:.0f} rows/s): "
+                f"{summary.added} added, {summary.duplicates} duplicates skipped, {len(summary.failures)} failed")
+        for f in summary.failures[:50]:
+            c.print(f"  failed {f.where}: {f.reason}", markup=False)
+        if len(summary.failures) > 50:
+            c.print(f"  ... and {len(summary.failures) - 50} more (use --json for all)")
+
+    emit(o, data, readable)
+    if summary.failures:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Entry point of the ``pgmem`` console script."""
     # The model's loading progress bars and notices are noise at a terminal (and in scripts reading stderr).
