@@ -126,6 +126,7 @@ SQLSTATE_CLASSES: dict[str, type[PgmemError]] = {
     "22P05": ValidationError,  # untranslatable_character (\u0000 in jsonb)
     "22P02": ValidationError,  # invalid_text_representation
     "22023": ValidationError,  # invalid_parameter_value
+    "22003": ValidationError,  # numeric_value_out_of_range (e.g. a component beyond halfvec's +-65504)
     "22001": ValidationError,  # string_data_right_truncation
     "54000": ValidationError,  # program_limit_exceeded (e.g. tsvector too long)
 }

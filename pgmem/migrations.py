@@ -51,7 +51,8 @@ def pending(dsn: str) -> list[str]:
     """Ids of the migrations not yet applied to the database at ``dsn``."""
     def go():
         backend, migrations = _backend_and_migrations(dsn)
-        return [m.id for m in backend.to_apply(migrations)]
+        with backend:  # closes yoyo's connection: an open one blocks DROP DATABASE and CREATE DATABASE ... TEMPLATE
+            return [m.id for m in backend.to_apply(migrations)]
     return _run(go)
 
 
@@ -59,7 +60,8 @@ def applied(dsn: str) -> list[str]:
     """Ids of the migrations applied to the database at ``dsn``, in order."""
     def go():
         backend, migrations = _backend_and_migrations(dsn)
-        done = backend.get_applied_migration_hashes()
+        with backend:
+            done = backend.get_applied_migration_hashes()
         return [m.id for m in migrations if m.hash in done]
     return _run(go)
 
@@ -71,7 +73,7 @@ def migrate(dsn: str) -> list[str]:
     """
     def go():
         backend, migrations = _backend_and_migrations(dsn)
-        with backend.lock():
+        with backend, backend.lock():
             todo = backend.to_apply(migrations)
             backend.apply_migrations(todo)
             return [m.id for m in todo]
@@ -82,7 +84,7 @@ def rollback(dsn: str, count: int | None = None) -> list[str]:
     """Roll back the last ``count`` applied migrations (all when None); returns the ids rolled back."""
     def go():
         backend, migrations = _backend_and_migrations(dsn)
-        with backend.lock():
+        with backend, backend.lock():
             todo = backend.to_rollback(migrations)
             if count is not None:
                 todo = todo[:count]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,17 +29,19 @@ MAX_K = 1000
 MAX_BATCH = 10_000
 
 
-def check_text(value: Any, field: str, *, index: int | None = None) -> str:
-    """Refuse a non-string, a NUL character or a lone surrogate; return the string unchanged."""
+def check_text(value: Any, field: str, *, index: int | None = None, label: str | None = None) -> str:
+    """Refuse a non-string, a NUL character or a lone surrogate; return the string unchanged.
+    ``label`` (default ``field``) names the value in the message, e.g. ``metadata value at $.a``."""
+    label = label or field
     if not isinstance(value, str):
-        raise ValidationError(f"{field} must be a string, got {type(value).__name__}", field=field, index=index)
+        raise ValidationError(f"{label} must be a string, got {type(value).__name__}", field=field, index=index)
     if "\x00" in value:
-        raise ValidationError(f"{field} contains a NUL character (\\x00), which PostgreSQL text cannot store",
+        raise ValidationError(f"{label} contains a NUL character (\\x00), which PostgreSQL text cannot store",
                               field=field, index=index)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValidationError(f"{field} contains a lone surrogate ({value[exc.start]!r} at position {exc.start}); "
+        raise ValidationError(f"{label} contains a lone surrogate ({value[exc.start]!r} at position {exc.start}); "
                               "it is not valid Unicode text", field=field, index=index) from None
     return value
 
@@ -74,7 +77,7 @@ def check_id(value: Any, field: str, *, index: int | None = None, optional: bool
 
 def _walk_json(value: Any, path: str, field: str, index: int | None) -> None:
     if isinstance(value, str):
-        check_text(value, f"{field} value at {path}", index=index)
+        check_text(value, field, index=index, label=f"{field} value at {path}")
     elif isinstance(value, bool) or value is None or isinstance(value, int):
         return
     elif isinstance(value, float):
@@ -85,7 +88,7 @@ def _walk_json(value: Any, path: str, field: str, index: int | None) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError(f"{field} key {key!r} at {path} is not a string", field=field, index=index)
-            check_text(key, f"{field} key at {path}", index=index)
+            check_text(key, field, index=index, label=f"{field} key at {path}")
             _walk_json(item, f"{path}.{key}", field, index)
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
@@ -134,7 +137,22 @@ def check_vector(value: Any, dims: int, *, field: str = "embedding", index: int 
         raise ValidationError(f"{field} contains NaN or infinity", field=field, index=index)
     if not np.any(arr):
         raise ValidationError(f"{field} is a zero vector, which has no cosine similarity", field=field, index=index)
+    with np.errstate(over="ignore", under="ignore"):
+        sq = np.sum(arr * arr, dtype=np.float32)  # as pgvector computes it: float4 squares, float4 sum
+    if sq == 0 or not np.isfinite(sq):
+        raise ValidationError(f"{field} has a squared norm that {'underflows' if sq == 0 else 'overflows'} float32 "
+                              "(components too small or too large), so it has no cosine similarity",
+                              field=field, index=index)
     return arr
+
+
+def check_datetime(value: Any, field: str, *, index: int | None = None) -> Any:
+    """Refuse a naive ``datetime`` (no tzinfo): PostgreSQL would read it in the session's TimeZone, so the
+    same call would mean another instant on a server configured differently. Other values pass unchanged."""
+    if isinstance(value, datetime) and value.utcoffset() is None:
+        raise ValidationError(f"{field} has no time zone; pass an aware datetime such as "
+                              "datetime(2025, 7, 25, tzinfo=timezone.utc)", field=field, index=index)
+    return value
 
 
 def check_k(k: Any) -> int:

@@ -1,2 +1,2 @@
 -- The vector extension may serve other schemas of this database: rolling pgmem back leaves it in place.
-SELECT 1;
+DO $pgmem$ BEGIN NULL; END $pgmem$;

@@ -14,15 +14,20 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgmem_gateway') THEN
         CREATE ROLE pgmem_gateway NOLOGIN NOBYPASSRLS;
     END IF;
+    -- Only when missing: granting a role needs ADMIN on it, which a non-superuser schema owner lacks.
+    IF NOT pg_has_role('pgmem_gateway', 'pgmem_agent', 'MEMBER') THEN
+        GRANT pgmem_agent TO pgmem_gateway;
+    END IF;
 EXCEPTION WHEN insufficient_privilege THEN
-    RAISE EXCEPTION 'pgmem needs the roles pgmem_agent and pgmem_gateway, and role "%" may not create them', current_user
+    RAISE EXCEPTION 'pgmem needs the roles pgmem_agent and pgmem_gateway, pgmem_agent granted to pgmem_gateway, and role "%" may not create them', current_user
         USING ERRCODE = 'PGM00',
               HINT = 'Ask a DBA to run: CREATE ROLE pgmem_agent NOLOGIN NOINHERIT NOBYPASSRLS; '
                      || 'CREATE ROLE pgmem_gateway NOLOGIN NOBYPASSRLS; GRANT pgmem_agent TO pgmem_gateway;';
 END
 $pgmem$;
 
-GRANT pgmem_agent TO pgmem_gateway;
+-- Load pgvector's library in this session, so that hnsw.* below are its real settings, not placeholders.
+DO $pgmem$ BEGIN PERFORM '[1]'::vector; END $pgmem$;
 
 CREATE SCHEMA pgmem;
 COMMENT ON SCHEMA pgmem IS 'pgmem: shared, durable memory for AI agents. The API is the functions in this schema; see \df+ pgmem.*';
@@ -254,8 +259,10 @@ BEGIN
         RAISE EXCEPTION 'expected % dimensions, got % (space "%", model "%")',
             v_space.dims, vector_dims(NEW.embedding), v_space.name, v_space.model USING ERRCODE = 'PGM02';
     END IF;
-    IF vector_norm(NEW.embedding) = 0 THEN
-        RAISE EXCEPTION 'a zero vector has no cosine similarity' USING ERRCODE = 'PGM08';
+    -- <=> of a vector with itself is NaN for a zero vector and for one whose float4 sum of squares
+    -- underflows to 0 or overflows (components below ~1e-23 or above ~1e19): no cosine similarity either.
+    IF vector_norm(NEW.embedding) = 0 OR (NEW.embedding <=> NEW.embedding) = 'NaN'::float8 THEN
+        RAISE EXCEPTION 'a zero vector (or one whose float4 squared norm underflows or overflows) has no cosine similarity' USING ERRCODE = 'PGM08';
     END IF;
     RETURN NEW;
 END
@@ -266,7 +273,7 @@ CREATE TRIGGER memories_before_write BEFORE INSERT OR UPDATE ON pgmem.memories
 
 -- History rows are written here and only here, as the schema owner: agents cannot forge or alter them.
 -- The acting agent comes from pgmem.actor and the kind of update from pgmem.event, both set by the API
--- functions for their own duration.
+-- functions (transaction-local) and cleared again before they return.
 CREATE FUNCTION pgmem._memories_history() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pgmem
@@ -392,8 +399,8 @@ BEGIN
             RAISE EXCEPTION 'expected % dimensions, got % (space "%", model "%")',
                 v_space.dims, vector_dims(p_embedding), v_space.name, v_space.model USING ERRCODE = 'PGM02';
         END IF;
-        IF vector_norm(p_embedding) = 0 THEN
-            RAISE EXCEPTION 'a zero vector has no cosine similarity' USING ERRCODE = 'PGM08';
+        IF vector_norm(p_embedding) = 0 OR (p_embedding <=> p_embedding) = 'NaN'::float8 THEN
+            RAISE EXCEPTION 'a zero vector (or one whose float4 squared norm underflows or overflows) has no cosine similarity' USING ERRCODE = 'PGM08';
         END IF;
     END IF;
     RETURN v_space;
@@ -456,7 +463,8 @@ BEGIN
             v_sub := pgmem._compile_filter(v_val, p_keys_param, p_vals_param, v_out, p_depth + 1);
             v_out.keys := v_sub.keys;
             v_out.vals := v_sub.vals;
-            v_parts := v_parts || ('(NOT (' || v_sub.sql || '))');
+            -- coalesce: a row without the key makes the inner test NULL; NOT must still match it.
+            v_parts := v_parts || ('(NOT coalesce((' || v_sub.sql || '), false))');
         ELSIF left(v_key, 1) = '$' THEN
             RAISE EXCEPTION 'invalid filter: unknown logical operator "%" (use $and, $or, $not)', v_key USING ERRCODE = 'PGM07';
         ELSE
@@ -543,7 +551,6 @@ CREATE FUNCTION pgmem.add(
     p_expires_at timestamptz DEFAULT NULL, p_model text DEFAULT NULL
 ) RETURNS TABLE (id uuid, created boolean)
 LANGUAGE plpgsql VOLATILE
-SET pgmem.actor = ''
 AS $$
 DECLARE
     v_user text := pgmem._require_user();
@@ -560,6 +567,7 @@ BEGIN
         RETURNING m.id INTO id;
         IF id IS NOT NULL THEN
             created := true;
+            PERFORM set_config('pgmem.actor', '', true);
             RETURN NEXT;
             RETURN;
         END IF;
@@ -568,6 +576,7 @@ BEGIN
         WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_content);
         IF id IS NOT NULL THEN
             created := false;
+            PERFORM set_config('pgmem.actor', '', true);
             RETURN NEXT;
             RETURN;
         END IF;
@@ -604,7 +613,8 @@ BEGIN
         RAISE EXCEPTION 'a batch holds at most 10000 memories, got %', v_n USING ERRCODE = 'PGM08';
     END IF;
     SELECT min(i) INTO v_bad FROM generate_subscripts(p_embeddings, 1) AS i
-    WHERE p_embeddings[i] IS NULL OR vector_dims(p_embeddings[i]) <> v_space.dims OR vector_norm(p_embeddings[i]) = 0;
+    WHERE p_embeddings[i] IS NULL OR vector_dims(p_embeddings[i]) <> v_space.dims OR vector_norm(p_embeddings[i]) = 0
+       OR (p_embeddings[i] <=> p_embeddings[i]) = 'NaN'::float8;
     IF v_bad IS NOT NULL THEN
         IF p_embeddings[v_bad] IS NULL OR vector_dims(p_embeddings[v_bad]) = v_space.dims THEN
             RAISE EXCEPTION 'item %: a zero or missing vector has no cosine similarity', v_bad - 1 USING ERRCODE = 'PGM08';
@@ -617,7 +627,9 @@ BEGIN
         SELECT v_user, v_space.space_id, p_agent_ids[o], p_session_ids[o], p_contents[o], p_embeddings[o],
                coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now())
         FROM generate_series(1, v_n) AS o
-        ORDER BY o
+        -- Insert in content-hash order, not item order: concurrent batches holding the same texts in
+        -- different orders then wait for each other instead of deadlocking.
+        ORDER BY pgmem.content_hash(p_contents[o]), o
         ON CONFLICT ON CONSTRAINT memories_content_key DO NOTHING
         RETURNING m.id
     )
@@ -664,7 +676,6 @@ CREATE FUNCTION pgmem.update(
     p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL
 ) RETURNS SETOF pgmem.memory
 LANGUAGE plpgsql VOLATILE
-SET pgmem.actor = '' SET pgmem.event = ''
 AS $$
 DECLARE
     v_user text := pgmem._require_user();
@@ -698,6 +709,8 @@ BEGIN
                         ELSE m.metadata || p_metadata END
     WHERE m.user_id = v_user AND m.id = p_id
     RETURNING * INTO v_row;
+    PERFORM set_config('pgmem.actor', '', true);
+    PERFORM set_config('pgmem.event', '', true);
     RETURN NEXT pgmem._to_memory(v_row, v_space.name);
 END
 $$;
@@ -709,7 +722,6 @@ CREATE FUNCTION pgmem.edit(
     p_expected_version integer DEFAULT NULL, p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL
 ) RETURNS SETOF pgmem.memory
 LANGUAGE plpgsql VOLATILE
-SET pgmem.actor = '' SET pgmem.event = ''
 AS $$
 DECLARE
     v_user text := pgmem._require_user();
@@ -753,6 +765,8 @@ BEGIN
         embedding = p_embedding
     WHERE m.user_id = v_user AND m.id = p_id
     RETURNING * INTO v_row;
+    PERFORM set_config('pgmem.actor', '', true);
+    PERFORM set_config('pgmem.event', '', true);
     RETURN NEXT pgmem._to_memory(v_row, v_space.name);
 END
 $$;
@@ -785,14 +799,16 @@ COMMENT ON FUNCTION pgmem.count_occurrences(text, text) IS
 
 CREATE FUNCTION pgmem.delete(p_id uuid, p_agent_id text DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET pgmem.actor = ''
 AS $$
 DECLARE
     v_user text := pgmem._require_user();
+    v_found boolean;
 BEGIN
     PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
     DELETE FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = p_id;
-    RETURN FOUND;
+    v_found := FOUND;
+    PERFORM set_config('pgmem.actor', '', true);
+    RETURN v_found;
 END
 $$;
 COMMENT ON FUNCTION pgmem.delete(uuid, text) IS 'Delete one memory of the current user; true when it existed. History keeps a DELETE event with the old content.';
@@ -817,7 +833,6 @@ CREATE FUNCTION pgmem.delete_all(
     p_confirm boolean DEFAULT false, p_actor text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET pgmem.actor = ''
 AS $$
 DECLARE
     v_user text := pgmem._require_user();
@@ -842,6 +857,7 @@ BEGIN
     IF p_space IS NOT NULL AND NOT FOUND THEN
         PERFORM pgmem.space(p_space);
     END IF;
+    PERFORM set_config('pgmem.actor', '', true);
     RETURN v_total;
 END
 $$;
@@ -931,8 +947,10 @@ BEGIN
         PERFORM set_config('enable_sort', 'off', true);
         -- relaxed_order may return rows slightly out of order: materialise, then re-sort exactly.
         EXECUTE format(
-            'WITH r AS MATERIALIZED (SELECT m, (m.embedding::%1$s) <=> ($9::%1$s) AS distance FROM pgmem.memories m WHERE %2$s'
-            || ' ORDER BY (m.embedding::%1$s) <=> ($9::%1$s) LIMIT $10)'
+            -- The query is normalised first (cosine ignores length), so its halfvec copy neither overflows
+            -- (components beyond +-65504) nor underflows to a zero vector.
+            'WITH r AS MATERIALIZED (SELECT m, (m.embedding::%1$s) <=> (l2_normalize($9)::%1$s) AS distance FROM pgmem.memories m WHERE %2$s'
+            || ' ORDER BY (m.embedding::%1$s) <=> (l2_normalize($9)::%1$s) LIMIT $10)'
             || ' SELECT array_agg(pgmem._to_memory(r.m, $11, greatest(-1, least(1, 1 - (((r.m).embedding) <=> $9)))) ORDER BY ((r.m).embedding) <=> $9, (r.m).id) FROM r',
             v_cast, v_scope.o_sql)
         INTO v_rows

@@ -1,0 +1,983 @@
+SELECT pg_catalog.set_config('search_path', '', false);
+
+CREATE SCHEMA pgmem;
+
+COMMENT ON SCHEMA pgmem IS 'pgmem: shared, durable memory for AI agents. The API is the functions in this schema; see \df+ pgmem.*';
+
+CREATE TYPE pgmem.compiled_filter AS (
+	sql text,
+	keys text[],
+	vals jsonb[]
+);
+
+COMMENT ON TYPE pgmem.compiled_filter IS 'Internal: a metadata filter compiled to SQL text plus its key and value parameters.';
+
+CREATE TYPE pgmem.memory AS (
+	id uuid,
+	user_id text,
+	space text,
+	agent_id text,
+	session_id text,
+	content text,
+	metadata jsonb,
+	created_at timestamp with time zone,
+	updated_at timestamp with time zone,
+	expires_at timestamp with time zone,
+	version integer,
+	similarity double precision
+);
+
+COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cosine, in [-1, 1]) is set by search only.';
+
+CREATE TABLE pgmem.spaces (
+    space_id integer NOT NULL,
+    name text NOT NULL,
+    model text NOT NULL,
+    dims integer NOT NULL,
+    distance text DEFAULT 'cosine'::text NOT NULL,
+    index_kind text NOT NULL,
+    hnsw_m integer,
+    hnsw_ef_construction integer,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT spaces_dims_check CHECK (((dims >= 1) AND (dims <= 16000))),
+    CONSTRAINT spaces_distance_check CHECK ((distance = 'cosine'::text)),
+    CONSTRAINT spaces_index_kind_check CHECK ((index_kind = ANY (ARRAY['hnsw_vector'::text, 'hnsw_halfvec'::text, 'exact'::text]))),
+    CONSTRAINT spaces_model_check CHECK (((model <> ''::text) AND (length(model) <= 200))),
+    CONSTRAINT spaces_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'::text))
+);
+
+COMMENT ON TABLE pgmem.spaces IS 'Embedding spaces: a name bound to one embedding model and dimension count. Each has its own partial HNSW index on memories (vector up to 2000 dims, halfvec up to 4000, exact scan above).';
+
+CREATE FUNCTION pgmem._checked_space(p_space text, p_embedding public.vector, p_model text) RETURNS pgmem.spaces
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_space pgmem.spaces := pgmem.space(p_space);
+BEGIN
+    IF p_model IS NOT NULL AND p_model <> v_space.model THEN
+        RAISE EXCEPTION 'space "%" holds embeddings of model "%", not "%"', v_space.name, v_space.model, p_model
+            USING ERRCODE = 'PGM09', HINT = 'Embed with the space''s model, or use (create) a space for this model.';
+    END IF;
+    IF p_embedding IS NOT NULL THEN
+        IF vector_dims(p_embedding) <> v_space.dims THEN
+            RAISE EXCEPTION 'expected % dimensions, got % (space "%", model "%")',
+                v_space.dims, vector_dims(p_embedding), v_space.name, v_space.model USING ERRCODE = 'PGM02';
+        END IF;
+        IF vector_norm(p_embedding) = 0 OR (p_embedding <=> p_embedding) = 'NaN'::float8 THEN
+            RAISE EXCEPTION 'a zero vector (or one whose float4 squared norm underflows or overflows) has no cosine similarity' USING ERRCODE = 'PGM08';
+        END IF;
+    END IF;
+    RETURN v_space;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._checked_space(p_space text, p_embedding public.vector, p_model text) IS 'Internal: look up a space and check an embedding''s dimensions, norm and model against it.';
+
+CREATE FUNCTION pgmem._compile_filter(p_filter jsonb, p_keys_param integer, p_vals_param integer, p_acc pgmem.compiled_filter DEFAULT ROW('true'::text, '{}'::text[], '{}'::jsonb[])::pgmem.compiled_filter, p_depth integer DEFAULT 0) RETURNS pgmem.compiled_filter
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    v_out pgmem.compiled_filter := ROW(NULL, coalesce(p_acc.keys, '{}'), coalesce(p_acc.vals, '{}'));
+    v_parts text[] := '{}';
+    v_key text;
+    v_val jsonb;
+    v_op text;
+    v_arg jsonb;
+    v_elem jsonb;
+    v_sub pgmem.compiled_filter;
+    v_subparts text[];
+    v_field text;
+    v_k text := '$' || p_keys_param;
+    v_v text := '$' || p_vals_param;
+    v_vref text;
+BEGIN
+    IF p_depth > 32 THEN
+        RAISE EXCEPTION 'invalid filter: nested more than 32 levels deep' USING ERRCODE = 'PGM07';
+    END IF;
+    IF p_filter IS NULL OR p_filter = '{}'::jsonb THEN
+        v_out.sql := 'true';
+        RETURN v_out;
+    END IF;
+    IF jsonb_typeof(p_filter) <> 'object' THEN
+        RAISE EXCEPTION 'invalid filter: expected a JSON object, got %', jsonb_typeof(p_filter) USING ERRCODE = 'PGM07';
+    END IF;
+    FOR v_key, v_val IN SELECT e.key, e.value FROM jsonb_each(p_filter) e ORDER BY e.key LOOP
+        IF v_key IN ('$and', '$or') THEN
+            IF jsonb_typeof(v_val) <> 'array' OR jsonb_array_length(v_val) = 0 THEN
+                RAISE EXCEPTION 'invalid filter: % takes a non-empty array of filters', v_key USING ERRCODE = 'PGM07';
+            END IF;
+            v_subparts := '{}';
+            FOR v_elem IN SELECT a.value FROM jsonb_array_elements(v_val) a LOOP
+                v_sub := pgmem._compile_filter(v_elem, p_keys_param, p_vals_param, v_out, p_depth + 1);
+                v_out.keys := v_sub.keys;
+                v_out.vals := v_sub.vals;
+                v_subparts := v_subparts || ('(' || v_sub.sql || ')');
+            END LOOP;
+            v_parts := v_parts || ('(' || array_to_string(v_subparts, CASE v_key WHEN '$and' THEN ' AND ' ELSE ' OR ' END) || ')');
+        ELSIF v_key = '$not' THEN
+            v_sub := pgmem._compile_filter(v_val, p_keys_param, p_vals_param, v_out, p_depth + 1);
+            v_out.keys := v_sub.keys;
+            v_out.vals := v_sub.vals;
+            -- coalesce: a row without the key makes the inner test NULL; NOT must still match it.
+            v_parts := v_parts || ('(NOT coalesce((' || v_sub.sql || '), false))');
+        ELSIF left(v_key, 1) = '$' THEN
+            RAISE EXCEPTION 'invalid filter: unknown logical operator "%" (use $and, $or, $not)', v_key USING ERRCODE = 'PGM07';
+        ELSE
+            v_out.keys := v_out.keys || v_key;
+            v_field := format('(m.metadata -> %s[%s])', v_k, cardinality(v_out.keys));
+            IF jsonb_typeof(v_val) <> 'object' THEN
+                v_val := jsonb_build_object('eq', v_val);
+            ELSIF v_val = '{}'::jsonb THEN
+                RAISE EXCEPTION 'invalid filter: empty operator object for key %', to_jsonb(v_key) USING ERRCODE = 'PGM07';
+            END IF;
+            FOR v_op, v_arg IN SELECT e.key, e.value FROM jsonb_each(v_val) e ORDER BY e.key LOOP
+                v_out.vals := v_out.vals || v_arg;
+                v_vref := format('%s[%s]', v_v, cardinality(v_out.vals));
+                CASE v_op
+                WHEN 'eq' THEN
+                    v_parts := v_parts || format('(%s = %s)', v_field, v_vref);
+                WHEN 'ne' THEN
+                    v_parts := v_parts || format('(%s IS DISTINCT FROM %s)', v_field, v_vref);
+                WHEN 'gt', 'gte', 'lt', 'lte' THEN
+                    IF jsonb_typeof(v_arg) <> 'number' THEN
+                        RAISE EXCEPTION 'invalid filter: operator % on key % needs a number, got %', v_op, to_jsonb(v_key), jsonb_typeof(v_arg)
+                            USING ERRCODE = 'PGM07', HINT = 'Range operators compare JSON numbers only; a string such as "10" never matches them.';
+                    END IF;
+                    v_parts := v_parts || format('(CASE WHEN jsonb_typeof(%1$s) = ''number'' THEN (%1$s)::numeric %2$s (%3$s)::numeric ELSE false END)',
+                        v_field, CASE v_op WHEN 'gt' THEN '>' WHEN 'gte' THEN '>=' WHEN 'lt' THEN '<' ELSE '<=' END, v_vref);
+                WHEN 'in', 'nin' THEN
+                    IF jsonb_typeof(v_arg) <> 'array' THEN
+                        RAISE EXCEPTION 'invalid filter: operator % on key % needs an array, got %', v_op, to_jsonb(v_key), jsonb_typeof(v_arg)
+                            USING ERRCODE = 'PGM07';
+                    END IF;
+                    v_parts := v_parts || format('(%sEXISTS (SELECT 1 FROM jsonb_array_elements(%s) AS x(v) WHERE x.v = %s))',
+                        CASE v_op WHEN 'nin' THEN 'NOT ' ELSE '' END, v_vref, v_field);
+                WHEN 'contains' THEN
+                    IF v_arg = '""'::jsonb THEN
+                        RAISE EXCEPTION 'invalid filter: contains needs a non-empty value' USING ERRCODE = 'PGM07';
+                    END IF;
+                    v_parts := v_parts || format('(CASE jsonb_typeof(%1$s) WHEN ''array'' THEN %1$s @> jsonb_build_array(%2$s) '
+                        || 'WHEN ''string'' THEN jsonb_typeof(%2$s) = ''string'' AND strpos(%1$s #>> ''{}'', %2$s #>> ''{}'') > 0 ELSE false END)',
+                        v_field, v_vref);
+                WHEN 'exists' THEN
+                    IF jsonb_typeof(v_arg) <> 'boolean' THEN
+                        RAISE EXCEPTION 'invalid filter: exists takes true or false' USING ERRCODE = 'PGM07';
+                    END IF;
+                    v_parts := v_parts || format('((m.metadata ? %s[%s]) = (%s)::boolean)', v_k, cardinality(v_out.keys), v_vref);
+                ELSE
+                    RAISE EXCEPTION 'invalid filter: unknown operator "%" on key %', v_op, to_jsonb(v_key)
+                        USING ERRCODE = 'PGM07', HINT = 'Operators: eq, ne, gt, gte, lt, lte, in, nin, contains, exists; $and, $or, $not.';
+                END CASE;
+            END LOOP;
+        END IF;
+    END LOOP;
+    v_out.sql := array_to_string(v_parts, ' AND ');
+    RETURN v_out;
+END
+$_$;
+
+COMMENT ON FUNCTION pgmem._compile_filter(p_filter jsonb, p_keys_param integer, p_vals_param integer, p_acc pgmem.compiled_filter, p_depth integer) IS 'Internal: compile a metadata filter ({"key": value}, {"key": {"op": value}}, $and/$or/$not) to SQL over m.metadata; keys and values stay in parameters $keys_param (text[]) and $vals_param (jsonb[]).';
+
+CREATE FUNCTION pgmem._history_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'pgmem.history is append-only' USING ERRCODE = 'PGM08';
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._history_append_only() IS 'Trigger: refuses any UPDATE of history rows.';
+
+CREATE FUNCTION pgmem._memories_before_write() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pgmem', 'public'
+    AS $$
+DECLARE
+    v_space pgmem.spaces;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.user_id <> OLD.user_id OR NEW.id <> OLD.id OR NEW.space_id <> OLD.space_id THEN
+            RAISE EXCEPTION 'a memory''s user_id, id and space cannot change' USING ERRCODE = 'PGM08';
+        END IF;
+        IF NEW.content IS DISTINCT FROM OLD.content AND NEW.embedding = OLD.embedding THEN
+            RAISE EXCEPTION 'content of memory % changed without a new embedding', OLD.id
+                USING ERRCODE = 'PGM08', HINT = 'Pass the embedding of the new content in the same statement.';
+        END IF;
+        NEW.version := OLD.version + 1;
+        NEW.updated_at := now();
+        NEW.created_at := OLD.created_at;
+        IF NEW.embedding = OLD.embedding THEN
+            RETURN NEW;
+        END IF;
+    END IF;
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = NEW.space_id;
+    IF vector_dims(NEW.embedding) <> v_space.dims THEN
+        RAISE EXCEPTION 'expected % dimensions, got % (space "%", model "%")',
+            v_space.dims, vector_dims(NEW.embedding), v_space.name, v_space.model USING ERRCODE = 'PGM02';
+    END IF;
+    -- <=> of a vector with itself is NaN for a zero vector and for one whose float4 sum of squares
+    -- underflows to 0 or overflows (components below ~1e-23 or above ~1e19): no cosine similarity either.
+    IF vector_norm(NEW.embedding) = 0 OR (NEW.embedding <=> NEW.embedding) = 'NaN'::float8 THEN
+        RAISE EXCEPTION 'a zero vector (or one whose float4 squared norm underflows or overflows) has no cosine similarity' USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._memories_before_write() IS 'Trigger: validates a memory row and keeps version and updated_at.';
+
+CREATE FUNCTION pgmem._memories_history() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pgmem'
+    AS $$
+DECLARE
+    v_actor text := nullif(current_setting('pgmem.actor', true), '');
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO pgmem.history (user_id, memory_id, event, new_content, new_metadata, actor_agent_id)
+        VALUES (NEW.user_id, NEW.id, 'ADD', NEW.content, NEW.metadata, coalesce(v_actor, NEW.agent_id));
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO pgmem.history (user_id, memory_id, event, old_content, new_content, old_metadata, new_metadata, actor_agent_id)
+        VALUES (NEW.user_id, NEW.id, coalesce(nullif(current_setting('pgmem.event', true), ''), 'UPDATE'),
+                OLD.content, NEW.content, OLD.metadata, NEW.metadata, v_actor);
+    ELSE
+        INSERT INTO pgmem.history (user_id, memory_id, event, old_content, old_metadata, actor_agent_id)
+        VALUES (OLD.user_id, OLD.id, 'DELETE', OLD.content, OLD.metadata, v_actor);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._memories_history() IS 'Trigger: appends one history event per inserted, updated or deleted memory.';
+
+CREATE FUNCTION pgmem._require_user() RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem.current_user_id();
+BEGIN
+    IF v_user IS NULL THEN
+        RAISE EXCEPTION 'no pgmem identity: this login is not bound to a user and no user was named'
+            USING ERRCODE = 'PGM01',
+                  HINT = 'A gateway runs SELECT pgmem.act_as(''<user id>'') in the transaction; an agent login is bound with pgmem.bind_role().';
+    END IF;
+    RETURN v_user;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._require_user() IS 'Internal: the current pgmem user, or error PGM01 when none is set.';
+
+CREATE FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, OUT o_sql text, OUT o_filter pgmem.compiled_filter) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+BEGIN
+    o_filter := pgmem._compile_filter(p_filter, 6, 7);
+    o_sql := format('m.user_id = $1 AND m.space_id = %s AND (m.expires_at IS NULL OR m.expires_at > now())'
+        || ' AND ($2::text IS NULL OR m.agent_id = $2) AND ($3::text IS NULL OR m.session_id = $3)'
+        || ' AND ($4::timestamptz IS NULL OR m.created_at >= $4) AND ($5::timestamptz IS NULL OR m.created_at < $5)'
+        || ' AND ($8::text IS NULL OR strpos(m.content, $8) > 0) AND (%s)', p_space_id, o_filter.sql);
+END
+$_$;
+
+COMMENT ON FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, OUT o_sql text, OUT o_filter pgmem.compiled_filter) IS 'Internal: SQL for the rows of one user and space matching agent, session, time range, content substring and metadata filter.';
+
+CREATE FUNCTION pgmem.content_hash(p_content text) RETURNS bytea
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(p_content, 'UTF8')) $$;
+
+COMMENT ON FUNCTION pgmem.content_hash(p_content text) IS 'SHA-256 of the UTF-8 bytes of a memory''s content: the deduplication key per user and space.';
+
+CREATE TABLE pgmem.memories (
+    user_id text NOT NULL,
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    space_id integer NOT NULL,
+    agent_id text,
+    session_id text,
+    content text NOT NULL,
+    content_hash bytea GENERATED ALWAYS AS (pgmem.content_hash(content)) STORED NOT NULL,
+    embedding public.vector NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    version integer DEFAULT 1 NOT NULL,
+    CONSTRAINT memories_agent_id_check CHECK ((length(agent_id) <= 256)),
+    CONSTRAINT memories_content_check CHECK (((char_length(content) >= 1) AND (char_length(content) <= 100000))),
+    CONSTRAINT memories_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
+    CONSTRAINT memories_session_id_check CHECK ((length(session_id) <= 256)),
+    CONSTRAINT memories_user_id_check CHECK (((user_id <> ''::text) AND (length(user_id) <= 256)))
+);
+
+ALTER TABLE ONLY pgmem.memories FORCE ROW LEVEL SECURITY;
+
+COMMENT ON TABLE pgmem.memories IS 'Long-term memories, one row per fact, keyed by user_id (the tenant) first. Row-level security limits every role to its own user''s rows.';
+
+CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision DEFAULT NULL::double precision) RETURNS pgmem.memory
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ROW(m.id, m.user_id, p_space, m.agent_id, m.session_id, m.content, m.metadata,
+               m.created_at, m.updated_at, m.expires_at, m.version, p_similarity)::pgmem.memory
+$$;
+
+COMMENT ON FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision) IS 'Internal: a memories row as the API''s pgmem.memory.';
+
+CREATE FUNCTION pgmem.act_as(p_user_id text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pgmem'
+    AS $$
+DECLARE
+    v_bound text;
+BEGIN
+    IF p_user_id IS NULL OR p_user_id = '' OR length(p_user_id) > 256 THEN
+        RAISE EXCEPTION 'user id must be a non-empty text of at most 256 characters' USING ERRCODE = 'PGM08';
+    END IF;
+    SELECT b.user_id INTO v_bound FROM pgmem.role_bindings b WHERE b.role_name = session_user;
+    IF v_bound IS NOT NULL THEN
+        IF v_bound <> p_user_id THEN
+            RAISE EXCEPTION 'login role "%" is bound to one pgmem user and cannot act as another', session_user
+                USING ERRCODE = 'PGM01';
+        END IF;
+        RETURN v_bound;
+    END IF;
+    IF NOT pg_has_role(session_user, 'pgmem_gateway', 'MEMBER') THEN
+        RAISE EXCEPTION 'login role "%" may not name the user it acts for', session_user
+            USING ERRCODE = 'PGM01',
+                  HINT = 'Grant pgmem_gateway to a trusted service login, or bind an agent login with pgmem.bind_role().';
+    END IF;
+    PERFORM set_config('pgmem.user_id', p_user_id, true);
+    RETURN p_user_id;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.act_as(p_user_id text) IS 'Gateway roles: act for this user until the end of the transaction. Bound logins: succeeds only for their own user. Returns the user id.';
+
+CREATE FUNCTION pgmem.add(p_space text, p_content text, p_embedding public.vector, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_metadata jsonb DEFAULT '{}'::jsonb, p_expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_model text DEFAULT NULL::text) RETURNS TABLE(id uuid, created boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
+BEGIN
+    IF p_embedding IS NULL THEN
+        RAISE EXCEPTION 'an embedding is required' USING ERRCODE = 'PGM08';
+    END IF;
+    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    LOOP
+        INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at)
+        VALUES (v_user, v_space.space_id, p_agent_id, p_session_id, p_content, p_embedding, coalesce(p_metadata, '{}'), p_expires_at)
+        ON CONFLICT ON CONSTRAINT memories_content_key DO NOTHING
+        RETURNING m.id INTO id;
+        IF id IS NOT NULL THEN
+            created := true;
+            PERFORM set_config('pgmem.actor', '', true);
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        -- Identical content exists (committed, possibly by a concurrent writer we waited for).
+        SELECT m.id INTO id FROM pgmem.memories m
+        WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_content);
+        IF id IS NOT NULL THEN
+            created := false;
+            PERFORM set_config('pgmem.actor', '', true);
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        -- The conflicting row was deleted between the two statements: try again.
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.add(p_space text, p_content text, p_embedding public.vector, p_agent_id text, p_session_id text, p_metadata jsonb, p_expires_at timestamp with time zone, p_model text) IS 'Add one memory for the current user. Identical content in the same space is not stored twice: the existing id comes back with created = false, also under concurrent writers.';
+
+CREATE FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings public.vector[], p_agent_ids text[] DEFAULT NULL::text[], p_session_ids text[] DEFAULT NULL::text[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_expires_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_model text DEFAULT NULL::text, p_created_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[]) RETURNS TABLE(ordinal integer, id uuid, created boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem._checked_space(p_space, NULL, p_model);
+    v_n integer := coalesce(cardinality(p_contents), 0);
+    v_bad integer;
+    v_created uuid[];
+BEGIN
+    IF coalesce(cardinality(p_embeddings), 0) <> v_n
+       OR (p_agent_ids IS NOT NULL AND cardinality(p_agent_ids) <> v_n)
+       OR (p_session_ids IS NOT NULL AND cardinality(p_session_ids) <> v_n)
+       OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> v_n)
+       OR (p_expires_at IS NOT NULL AND cardinality(p_expires_at) <> v_n)
+       OR (p_created_at IS NOT NULL AND cardinality(p_created_at) <> v_n) THEN
+        RAISE EXCEPTION 'batch arrays must all have % items', v_n USING ERRCODE = 'PGM08';
+    END IF;
+    IF v_n > 10000 THEN
+        RAISE EXCEPTION 'a batch holds at most 10000 memories, got %', v_n USING ERRCODE = 'PGM08';
+    END IF;
+    SELECT min(i) INTO v_bad FROM generate_subscripts(p_embeddings, 1) AS i
+    WHERE p_embeddings[i] IS NULL OR vector_dims(p_embeddings[i]) <> v_space.dims OR vector_norm(p_embeddings[i]) = 0
+       OR (p_embeddings[i] <=> p_embeddings[i]) = 'NaN'::float8;
+    IF v_bad IS NOT NULL THEN
+        IF p_embeddings[v_bad] IS NULL OR vector_dims(p_embeddings[v_bad]) = v_space.dims THEN
+            RAISE EXCEPTION 'item %: a zero or missing vector has no cosine similarity', v_bad - 1 USING ERRCODE = 'PGM08';
+        END IF;
+        RAISE EXCEPTION 'item %: expected % dimensions, got % (space "%", model "%")',
+            v_bad - 1, v_space.dims, vector_dims(p_embeddings[v_bad]), v_space.name, v_space.model USING ERRCODE = 'PGM02';
+    END IF;
+    WITH ins AS (
+        INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at)
+        SELECT v_user, v_space.space_id, p_agent_ids[o], p_session_ids[o], p_contents[o], p_embeddings[o],
+               coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now())
+        FROM generate_series(1, v_n) AS o
+        -- Insert in content-hash order, not item order: concurrent batches holding the same texts in
+        -- different orders then wait for each other instead of deadlocking.
+        ORDER BY pgmem.content_hash(p_contents[o]), o
+        ON CONFLICT ON CONSTRAINT memories_content_key DO NOTHING
+        RETURNING m.id
+    )
+    SELECT coalesce(array_agg(ins.id), '{}') INTO v_created FROM ins;
+    RETURN QUERY
+    SELECT x.o - 1, x.id, x.created AND x.o = min(x.o) OVER (PARTITION BY x.id)
+    FROM (
+        SELECT o, m.id, c.id IS NOT NULL AS created
+        FROM generate_series(1, v_n) AS o
+        JOIN pgmem.memories m
+          ON m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_contents[o])
+        LEFT JOIN unnest(v_created) AS c(id) ON c.id = m.id
+    ) x
+    ORDER BY x.o;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings public.vector[], p_agent_ids text[], p_session_ids text[], p_metadata jsonb[], p_expires_at timestamp with time zone[], p_model text, p_created_at timestamp with time zone[]) IS 'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now().';
+
+CREATE FUNCTION pgmem.bind_role(p_role name, p_user_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = p_role) THEN
+        RAISE EXCEPTION 'role "%" does not exist', p_role USING ERRCODE = 'PGM03';
+    END IF;
+    INSERT INTO pgmem.role_bindings (role_name, user_id) VALUES (p_role, p_user_id)
+    ON CONFLICT (role_name) DO UPDATE SET user_id = EXCLUDED.user_id, created_at = now();
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.bind_role(p_role name, p_user_id text) IS 'Schema owner only: bind a login role to one pgmem user. The role must also be granted pgmem_agent.';
+
+CREATE FUNCTION pgmem.count_occurrences(p_haystack text, p_needle text) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+DECLARE
+    v_count integer := 0;
+    v_offset integer := 0;
+    v_pos integer;
+    v_rest text := p_haystack;
+BEGIN
+    IF p_needle = '' THEN
+        RAISE EXCEPTION 'the text to count must not be empty' USING ERRCODE = 'PGM08';
+    END IF;
+    LOOP
+        v_pos := strpos(v_rest, p_needle);
+        EXIT WHEN v_pos = 0;
+        v_count := v_count + 1;
+        v_rest := substr(v_rest, v_pos + 1);
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.count_occurrences(p_haystack text, p_needle text) IS 'How often p_needle occurs in p_haystack as literal, case-sensitive text, overlapping occurrences included (''aa'' in ''aaa'' is 2).';
+
+CREATE FUNCTION pgmem.create_space(p_name text, p_model text, p_dims integer, p_distance text DEFAULT 'cosine'::text, p_hnsw_m integer DEFAULT 16, p_hnsw_ef_construction integer DEFAULT 64) RETURNS pgmem.spaces
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pgmem', 'public'
+    AS $_$
+DECLARE
+    v_space pgmem.spaces;
+    v_kind text;
+BEGIN
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.name = p_name;
+    IF FOUND THEN
+        IF v_space.model <> p_model OR v_space.dims <> p_dims OR v_space.distance <> coalesce(p_distance, 'cosine') THEN
+            RAISE EXCEPTION 'space "%" is bound to model "%" with % dimensions; it cannot be re-created for model "%" with % dimensions',
+                p_name, v_space.model, v_space.dims, p_model, p_dims USING ERRCODE = 'PGM09';
+        END IF;
+        RETURN v_space;
+    END IF;
+    IF p_name IS NULL OR p_name !~ '^[a-z0-9][a-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'space name must match ^[a-z0-9][a-z0-9_.-]{0,62}$, got %', quote_nullable(p_name) USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_model IS NULL OR p_model = '' OR length(p_model) > 200 THEN
+        RAISE EXCEPTION 'model name must be a non-empty text of at most 200 characters' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_dims IS NULL OR p_dims < 1 OR p_dims > 16000 THEN
+        RAISE EXCEPTION 'dims must be between 1 and 16000 (pgvector''s limit), got %', p_dims USING ERRCODE = 'PGM08';
+    END IF;
+    IF coalesce(p_distance, 'cosine') <> 'cosine' THEN
+        RAISE EXCEPTION 'distance must be ''cosine'', got %', quote_literal(p_distance) USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_hnsw_m NOT BETWEEN 2 AND 100 OR p_hnsw_ef_construction NOT BETWEEN 4 AND 1000
+       OR p_hnsw_ef_construction < 2 * p_hnsw_m THEN
+        RAISE EXCEPTION 'HNSW needs 2 <= m <= 100 and 2*m <= ef_construction <= 1000' USING ERRCODE = 'PGM08';
+    END IF;
+    -- pgvector's HNSW indexes vector up to 2,000 dimensions and halfvec up to 4,000; above that, exact scan.
+    v_kind := CASE WHEN p_dims <= 2000 THEN 'hnsw_vector' WHEN p_dims <= 4000 THEN 'hnsw_halfvec' ELSE 'exact' END;
+    INSERT INTO pgmem.spaces (name, model, dims, distance, index_kind, hnsw_m, hnsw_ef_construction)
+    VALUES (p_name, p_model, p_dims, 'cosine', v_kind,
+            CASE WHEN v_kind <> 'exact' THEN p_hnsw_m END, CASE WHEN v_kind <> 'exact' THEN p_hnsw_ef_construction END)
+    RETURNING * INTO v_space;
+    IF v_kind = 'hnsw_vector' THEN
+        EXECUTE format('CREATE INDEX memories_space_%s_hnsw ON pgmem.memories USING hnsw ((embedding::vector(%s)) vector_cosine_ops) WITH (m = %s, ef_construction = %s) WHERE space_id = %s',
+                       v_space.space_id, p_dims, p_hnsw_m, p_hnsw_ef_construction, v_space.space_id);
+    ELSIF v_kind = 'hnsw_halfvec' THEN
+        EXECUTE format('CREATE INDEX memories_space_%s_hnsw ON pgmem.memories USING hnsw ((embedding::halfvec(%s)) halfvec_cosine_ops) WITH (m = %s, ef_construction = %s) WHERE space_id = %s',
+                       v_space.space_id, p_dims, p_hnsw_m, p_hnsw_ef_construction, v_space.space_id);
+    END IF;
+    RETURN v_space;
+END
+$_$;
+
+COMMENT ON FUNCTION pgmem.create_space(p_name text, p_model text, p_dims integer, p_distance text, p_hnsw_m integer, p_hnsw_ef_construction integer) IS 'Register an embedding space (name, model, dims, cosine) and build its partial HNSW index: vector up to 2000 dims, halfvec (half precision) up to 4000, exact scan only above. Idempotent for identical arguments; a different model or dims for an existing name is error PGM09.';
+
+CREATE FUNCTION pgmem.current_user_id() RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pgmem'
+    AS $$
+    SELECT coalesce(
+        (SELECT b.user_id FROM pgmem.role_bindings b WHERE b.role_name = session_user),
+        CASE WHEN NOT EXISTS (SELECT 1 FROM pgmem.role_bindings b WHERE b.role_name = session_user)
+                  AND pg_has_role(session_user, 'pgmem_gateway', 'MEMBER')
+             THEN nullif(current_setting('pgmem.user_id', true), '')
+        END)
+$$;
+
+COMMENT ON FUNCTION pgmem.current_user_id() IS 'The pgmem user (tenant) this statement acts for: the binding of a bound login role, else pgmem.user_id for gateway members, else NULL (sees no rows).';
+
+CREATE FUNCTION pgmem.delete(p_id uuid, p_agent_id text DEFAULT NULL::text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_found boolean;
+BEGIN
+    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    DELETE FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = p_id;
+    v_found := FOUND;
+    PERFORM set_config('pgmem.actor', '', true);
+    RETURN v_found;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.delete(p_id uuid, p_agent_id text) IS 'Delete one memory of the current user; true when it existed. History keeps a DELETE event with the old content.';
+
+CREATE FUNCTION pgmem.delete_all(p_space text DEFAULT NULL::text, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_confirm boolean DEFAULT false, p_actor text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space record;
+    v_scope record;
+    v_n bigint;
+    v_total bigint := 0;
+BEGIN
+    IF p_agent_id IS NULL AND p_session_id IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb) AND NOT coalesce(p_confirm, false) THEN
+        RAISE EXCEPTION 'refusing to delete every memory of user % without a scope', quote_literal(v_user)
+            USING ERRCODE = 'PGM10', HINT = 'Name an agent, a session or a filter, or confirm deleting everything.';
+    END IF;
+    PERFORM set_config('pgmem.actor', coalesce(p_actor, ''), true);
+    FOR v_space IN SELECT s.space_id FROM pgmem.spaces s WHERE p_space IS NULL OR s.name = p_space LOOP
+        v_scope := pgmem._scope_sql(v_space.space_id, p_filter);
+        EXECUTE 'DELETE FROM pgmem.memories m WHERE ' || v_scope.o_sql
+        USING v_user, p_agent_id, p_session_id, NULL::timestamptz, NULL::timestamptz,
+              (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_total := v_total + v_n;
+    END LOOP;
+    IF p_space IS NOT NULL AND NOT FOUND THEN
+        PERFORM pgmem.space(p_space);
+    END IF;
+    PERFORM set_config('pgmem.actor', '', true);
+    RETURN v_total;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.delete_all(p_space text, p_agent_id text, p_session_id text, p_filter jsonb, p_confirm boolean, p_actor text) IS 'Delete the current user''s memories in a scope (space, agent, session, metadata filter); returns how many. With no agent, session or filter it refuses (PGM10) unless p_confirm.';
+
+CREATE FUNCTION pgmem.edit(p_id uuid, p_needle text, p_replacement text, p_embedding public.vector, p_expected_version integer DEFAULT NULL::integer, p_agent_id text DEFAULT NULL::text, p_model text DEFAULT NULL::text) RETURNS SETOF pgmem.memory
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_row pgmem.memories;
+    v_space pgmem.spaces;
+    v_count integer;
+    v_first integer;
+BEGIN
+    IF p_needle IS NULL OR p_needle = '' THEN
+        RAISE EXCEPTION 'the text to replace must not be empty' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_replacement IS NULL THEN
+        RAISE EXCEPTION 'the replacement must not be NULL (use '''' to delete the text)' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_embedding IS NULL THEN
+        RAISE EXCEPTION 'an edit changes content, so the embedding of the new content is required' USING ERRCODE = 'PGM08';
+    END IF;
+    SELECT * INTO v_row FROM pgmem.memories m
+    WHERE m.user_id = v_user AND m.id = p_id AND (m.expires_at IS NULL OR m.expires_at > now())
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'memory % not found', p_id USING ERRCODE = 'PGM03';
+    END IF;
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = v_row.space_id;
+    PERFORM pgmem._checked_space(v_space.name, p_embedding, p_model);
+    IF p_expected_version IS NOT NULL AND p_expected_version <> v_row.version THEN
+        RAISE EXCEPTION 'memory % is at version %, not %', p_id, v_row.version, p_expected_version USING ERRCODE = 'PGM04';
+    END IF;
+    v_count := pgmem.count_occurrences(v_row.content, p_needle);
+    IF v_count = 0 THEN
+        RAISE EXCEPTION 'the text to replace does not occur in memory %', p_id USING ERRCODE = 'PGM06';
+    ELSIF v_count > 1 THEN
+        RAISE EXCEPTION 'the text to replace occurs % times in memory % (overlapping occurrences count); give a longer, unique text', v_count, p_id
+            USING ERRCODE = 'PGM05';
+    END IF;
+    v_first := strpos(v_row.content, p_needle);
+    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    PERFORM set_config('pgmem.event', 'EDIT', true);
+    UPDATE pgmem.memories m SET
+        content = substr(m.content, 1, v_first - 1) || p_replacement || substr(m.content, v_first + char_length(p_needle)),
+        embedding = p_embedding
+    WHERE m.user_id = v_user AND m.id = p_id
+    RETURNING * INTO v_row;
+    PERFORM set_config('pgmem.actor', '', true);
+    PERFORM set_config('pgmem.event', '', true);
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.edit(p_id uuid, p_needle text, p_replacement text, p_embedding public.vector, p_expected_version integer, p_agent_id text, p_model text) IS 'Replace the one occurrence of p_needle in a memory by p_replacement, both literal text (no %, _, \ or regex meaning; case-sensitive), with the new content''s embedding in the same statement. Errors: empty needle PGM08, absent PGM06, ambiguous (count, overlapping included) PGM05.';
+
+CREATE FUNCTION pgmem.get(p_id uuid) RETURNS SETOF pgmem.memory
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    SELECT (pgmem._to_memory(m, s.name)).* FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    WHERE m.user_id = v_user AND m.id = p_id AND (m.expires_at IS NULL OR m.expires_at > now());
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.get(p_id uuid) IS 'One memory of the current user by id: one row, or none when it does not exist, has expired or belongs to another user.';
+
+CREATE FUNCTION pgmem.history(p_id uuid) RETURNS TABLE(event_id bigint, memory_id uuid, event text, old_content text, new_content text, old_metadata jsonb, new_metadata jsonb, actor_agent_id text, actor_role name, created_at timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    SELECT h.event_id, h.memory_id, h.event, h.old_content, h.new_content, h.old_metadata, h.new_metadata,
+           h.actor_agent_id, h.actor_role, h.created_at
+    FROM pgmem.history h WHERE h.user_id = v_user AND h.memory_id = p_id ORDER BY h.event_id;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.history(p_id uuid) IS 'Every event of one memory of the current user, oldest first (also after the memory was deleted).';
+
+CREATE FUNCTION pgmem.list(p_space text, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_limit integer DEFAULT 50, p_after_created_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_after_id uuid DEFAULT NULL::uuid, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_contains text DEFAULT NULL::text) RETURNS SETOF pgmem.memory
+    LANGUAGE plpgsql STABLE
+    AS $_$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+    v_scope record;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 1000, got %', p_limit USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_contains = '' THEN
+        RAISE EXCEPTION 'the text to look for must not be empty' USING ERRCODE = 'PGM08';
+    END IF;
+    IF (p_after_created_at IS NULL) <> (p_after_id IS NULL) THEN
+        RAISE EXCEPTION 'a cursor needs both created_at and id' USING ERRCODE = 'PGM08';
+    END IF;
+    v_scope := pgmem._scope_sql(v_space.space_id, p_filter);
+    RETURN QUERY EXECUTE
+        'SELECT (pgmem._to_memory(m, $9)).* FROM pgmem.memories m WHERE ' || v_scope.o_sql
+        || ' AND ($10::timestamptz IS NULL OR (m.created_at, m.id) > ($10, $11))'
+        || ' ORDER BY m.created_at, m.id LIMIT $12'
+    USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+          (v_scope.o_filter).keys, (v_scope.o_filter).vals, p_contains, v_space.name,
+          p_after_created_at, p_after_id, p_limit;
+END
+$_$;
+
+COMMENT ON FUNCTION pgmem.list(p_space text, p_agent_id text, p_session_id text, p_filter jsonb, p_limit integer, p_after_created_at timestamp with time zone, p_after_id uuid, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_contains text) IS 'The current user''s memories in a space, oldest first, with keyset pagination: pass the last row''s (created_at, id) as the cursor. Filters: agent, session, metadata, created_at range [after, before), literal content substring (p_contains: plain text, case-sensitive).';
+
+CREATE FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_min_similarity double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgmem.memory
+    LANGUAGE plpgsql
+    SET "hnsw.ef_search" TO '40'
+    SET "hnsw.iterative_scan" TO 'relaxed_order'
+    SET "hnsw.max_scan_tuples" TO '20000'
+    SET enable_sort TO 'on'
+    AS $_$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
+    v_scope record;
+    v_threshold integer := coalesce(nullif(current_setting('pgmem.exact_search_max_rows', true), '')::integer, 5000);
+    v_n bigint;
+    v_rows pgmem.memory[];
+    v_cast text;
+BEGIN
+    IF p_embedding IS NULL THEN
+        RAISE EXCEPTION 'a query embedding is required' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_k IS NULL OR p_k < 1 OR p_k > 1000 THEN
+        RAISE EXCEPTION 'k must be between 1 and 1000, got %', p_k USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_min_similarity IS NOT NULL AND (p_min_similarity < -1 OR p_min_similarity > 1 OR p_min_similarity = 'NaN') THEN
+        RAISE EXCEPTION 'min_similarity must be in [-1, 1], got %', p_min_similarity USING ERRCODE = 'PGM08';
+    END IF;
+    v_scope := pgmem._scope_sql(v_space.space_id, p_filter);
+
+    -- Routing. A shared HNSW index post-filters: for a tenant (or filter) holding a small share of the
+    -- space it returns too few rows. So count the matching rows, capped, and scan them exactly when few.
+    IF v_space.index_kind <> 'exact' THEN
+        EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmem.memories m WHERE %s LIMIT %s) c', v_scope.o_sql, v_threshold + 1)
+        INTO v_n
+        USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+              (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text;
+    END IF;
+
+    IF v_space.index_kind <> 'exact' AND v_n > v_threshold THEN
+        v_cast := CASE v_space.index_kind WHEN 'hnsw_halfvec' THEN 'halfvec' ELSE 'vector' END || '(' || v_space.dims || ')';
+        PERFORM set_config('hnsw.ef_search', least(1000, greatest(100, 2 * p_k))::text, true);
+        PERFORM set_config('hnsw.max_scan_tuples', greatest(20000, 200 * p_k)::text, true);
+        PERFORM set_config('enable_sort', 'off', true);
+        -- relaxed_order may return rows slightly out of order: materialise, then re-sort exactly.
+        EXECUTE format(
+            -- The query is normalised first (cosine ignores length), so its halfvec copy neither overflows
+            -- (components beyond +-65504) nor underflows to a zero vector.
+            'WITH r AS MATERIALIZED (SELECT m, (m.embedding::%1$s) <=> (l2_normalize($9)::%1$s) AS distance FROM pgmem.memories m WHERE %2$s'
+            || ' ORDER BY (m.embedding::%1$s) <=> (l2_normalize($9)::%1$s) LIMIT $10)'
+            || ' SELECT array_agg(pgmem._to_memory(r.m, $11, greatest(-1, least(1, 1 - (((r.m).embedding) <=> $9)))) ORDER BY ((r.m).embedding) <=> $9, (r.m).id) FROM r',
+            v_cast, v_scope.o_sql)
+        INTO v_rows
+        USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+              (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
+              p_embedding, p_k, v_space.name;
+        PERFORM set_config('enable_sort', 'on', true);
+        IF coalesce(cardinality(v_rows), 0) >= p_k THEN
+            RETURN QUERY SELECT (v_rows[i]).* FROM generate_subscripts(v_rows, 1) AS i
+                WHERE p_min_similarity IS NULL OR (v_rows[i]).similarity >= p_min_similarity ORDER BY i;
+            RETURN;
+        END IF;
+        -- The index gave fewer than k rows (a filter selective across the whole index): fall back to the
+        -- exact scan, which returns min(k, matching rows).
+    END IF;
+
+    RETURN QUERY EXECUTE format(
+        'SELECT (pgmem._to_memory(m, $11, greatest(-1, least(1, 1 - (m.embedding <=> $9))))).* FROM pgmem.memories m WHERE %s'
+        || ' AND ($12::float8 IS NULL OR 1 - (m.embedding <=> $9) >= $12)'
+        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql)
+    USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+          (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
+          p_embedding, p_k, v_space.name, p_min_similarity;
+END
+$_$;
+
+COMMENT ON FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer, p_agent_id text, p_session_id text, p_filter jsonb, p_min_similarity double precision, p_model text, p_created_after timestamp with time zone, p_created_before timestamp with time zone) IS 'Nearest memories of the current user by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match, else HNSW with iterative scan (ef_search max(100, 2k), relaxed order re-sorted), falling back to exact when the index returns fewer than k.';
+
+CREATE FUNCTION pgmem.space(p_name text) RETURNS pgmem.spaces
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_space pgmem.spaces;
+BEGIN
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'embedding space "%" does not exist', p_name
+            USING ERRCODE = 'PGM03', HINT = 'Create it with pgmem.create_space(name, model, dims) or `pgmem space create`.';
+    END IF;
+    RETURN v_space;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.space(p_name text) IS 'The embedding space of that name (error PGM03 when missing).';
+
+CREATE FUNCTION pgmem.stats(p_space text DEFAULT NULL::text) RETURNS TABLE(space text, memories bigint, agents bigint, sessions bigint, oldest timestamp with time zone, newest timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    IF p_space IS NOT NULL THEN
+        PERFORM pgmem.space(p_space);
+    END IF;
+    RETURN QUERY
+    SELECT s.name, count(m.id), count(DISTINCT m.agent_id), count(DISTINCT m.session_id), min(m.created_at), max(m.created_at)
+    FROM pgmem.spaces s
+    LEFT JOIN pgmem.memories m
+      ON m.space_id = s.space_id AND m.user_id = v_user AND (m.expires_at IS NULL OR m.expires_at > now())
+    WHERE p_space IS NULL OR s.name = p_space
+    GROUP BY s.name ORDER BY s.name;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.stats(p_space text) IS 'Per space: the current user''s live memories, distinct agents and sessions, oldest and newest created_at.';
+
+CREATE FUNCTION pgmem.unbind_role(p_role name) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    WITH d AS (DELETE FROM pgmem.role_bindings WHERE role_name = p_role RETURNING 1) SELECT count(*) > 0 FROM d
+$$;
+
+COMMENT ON FUNCTION pgmem.unbind_role(p_role name) IS 'Schema owner only: remove a login role''s binding. Returns whether one existed.';
+
+CREATE FUNCTION pgmem.update(p_id uuid, p_content text DEFAULT NULL::text, p_embedding public.vector DEFAULT NULL::public.vector, p_metadata jsonb DEFAULT NULL::jsonb, p_replace_metadata boolean DEFAULT false, p_expected_version integer DEFAULT NULL::integer, p_agent_id text DEFAULT NULL::text, p_model text DEFAULT NULL::text) RETURNS SETOF pgmem.memory
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_row pgmem.memories;
+    v_space pgmem.spaces;
+BEGIN
+    SELECT * INTO v_row FROM pgmem.memories m
+    WHERE m.user_id = v_user AND m.id = p_id AND (m.expires_at IS NULL OR m.expires_at > now())
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'memory % not found', p_id USING ERRCODE = 'PGM03';
+    END IF;
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = v_row.space_id;
+    PERFORM pgmem._checked_space(v_space.name, p_embedding, p_model);
+    IF p_expected_version IS NOT NULL AND p_expected_version <> v_row.version THEN
+        RAISE EXCEPTION 'memory % is at version %, not %', p_id, v_row.version, p_expected_version USING ERRCODE = 'PGM04';
+    END IF;
+    IF p_content IS NOT NULL AND p_content IS DISTINCT FROM v_row.content AND p_embedding IS NULL THEN
+        RAISE EXCEPTION 'new content for memory % needs its embedding in the same call', p_id USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_metadata IS NOT NULL AND jsonb_typeof(p_metadata) <> 'object' THEN
+        RAISE EXCEPTION 'metadata must be a JSON object' USING ERRCODE = 'PGM08';
+    END IF;
+    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    PERFORM set_config('pgmem.event', 'UPDATE', true);
+    UPDATE pgmem.memories m SET
+        content = coalesce(p_content, m.content),
+        embedding = coalesce(p_embedding, m.embedding),
+        metadata = CASE WHEN p_metadata IS NULL THEN m.metadata
+                        WHEN p_replace_metadata THEN p_metadata
+                        ELSE m.metadata || p_metadata END
+    WHERE m.user_id = v_user AND m.id = p_id
+    RETURNING * INTO v_row;
+    PERFORM set_config('pgmem.actor', '', true);
+    PERFORM set_config('pgmem.event', '', true);
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.update(p_id uuid, p_content text, p_embedding public.vector, p_metadata jsonb, p_replace_metadata boolean, p_expected_version integer, p_agent_id text, p_model text) IS 'Update a memory: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata. p_expected_version makes it optimistic (PGM04 on mismatch). Returns the new row; PGM03 when not found.';
+
+CREATE TABLE pgmem.history (
+    user_id text NOT NULL,
+    event_id bigint NOT NULL,
+    memory_id uuid NOT NULL,
+    event text NOT NULL,
+    old_content text,
+    new_content text,
+    old_metadata jsonb,
+    new_metadata jsonb,
+    actor_agent_id text,
+    actor_role name DEFAULT SESSION_USER NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT history_event_check CHECK ((event = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'EDIT'::text, 'DELETE'::text])))
+);
+
+ALTER TABLE ONLY pgmem.history FORCE ROW LEVEL SECURITY;
+
+COMMENT ON TABLE pgmem.history IS 'Append-only log of every change to a memory (ADD, UPDATE, EDIT, DELETE) with old and new content and metadata, actor and time. Written only by trigger.';
+
+ALTER TABLE pgmem.history ALTER COLUMN event_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgmem.history_event_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE VIEW pgmem.memories_view WITH (security_invoker='true') AS
+ SELECT m.user_id,
+    m.agent_id,
+    m.session_id,
+    m.content,
+    date_trunc('second'::text, (now() - m.created_at)) AS age,
+    m.metadata,
+    s.name AS space,
+    m.id,
+    m.created_at,
+    m.version
+   FROM (pgmem.memories m
+     JOIN pgmem.spaces s USING (space_id))
+  WHERE ((m.user_id = ( SELECT pgmem.current_user_id() AS current_user_id)) AND ((m.expires_at IS NULL) OR (m.expires_at > now())));
+
+COMMENT ON VIEW pgmem.memories_view IS 'The current user''s live memories, newest age last: SET pgmem.user_id = ''alice''; SELECT * FROM pgmem.memories_view;';
+
+CREATE TABLE pgmem.role_bindings (
+    role_name name NOT NULL,
+    user_id text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT role_bindings_user_id_check CHECK (((user_id <> ''::text) AND (length(user_id) <= 256)))
+);
+
+COMMENT ON TABLE pgmem.role_bindings IS 'Login roles bound to one pgmem user (tenant). A bound login always acts as that user, whatever it sets. Readable only by the schema owner.';
+
+ALTER TABLE pgmem.spaces ALTER COLUMN space_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgmem.spaces_space_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+ALTER TABLE ONLY pgmem.history
+    ADD CONSTRAINT history_pkey PRIMARY KEY (user_id, event_id);
+
+ALTER TABLE ONLY pgmem.memories
+    ADD CONSTRAINT memories_content_key UNIQUE (user_id, space_id, content_hash);
+
+ALTER TABLE ONLY pgmem.memories
+    ADD CONSTRAINT memories_pkey PRIMARY KEY (user_id, id);
+
+ALTER TABLE ONLY pgmem.role_bindings
+    ADD CONSTRAINT role_bindings_pkey PRIMARY KEY (role_name);
+
+ALTER TABLE ONLY pgmem.spaces
+    ADD CONSTRAINT spaces_name_key UNIQUE (name);
+
+ALTER TABLE ONLY pgmem.spaces
+    ADD CONSTRAINT spaces_pkey PRIMARY KEY (space_id);
+
+CREATE INDEX history_user_memory_idx ON pgmem.history USING btree (user_id, memory_id, event_id);
+
+CREATE INDEX memories_user_agent_idx ON pgmem.memories USING btree (user_id, agent_id);
+
+CREATE INDEX memories_user_session_idx ON pgmem.memories USING btree (user_id, session_id);
+
+CREATE INDEX memories_user_space_created_idx ON pgmem.memories USING btree (user_id, space_id, created_at, id);
+
+CREATE TRIGGER history_append_only BEFORE UPDATE ON pgmem.history FOR EACH ROW EXECUTE FUNCTION pgmem._history_append_only();
+
+CREATE TRIGGER memories_before_write BEFORE INSERT OR UPDATE ON pgmem.memories FOR EACH ROW EXECUTE FUNCTION pgmem._memories_before_write();
+
+CREATE TRIGGER memories_history AFTER INSERT OR DELETE OR UPDATE ON pgmem.memories FOR EACH ROW EXECUTE FUNCTION pgmem._memories_history();
+
+ALTER TABLE ONLY pgmem.memories
+    ADD CONSTRAINT memories_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id);
+
+ALTER TABLE pgmem.history ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY history_tenant ON pgmem.history USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+
+ALTER TABLE pgmem.memories ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY memories_tenant ON pgmem.memories USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));

@@ -1,0 +1,225 @@
+"""Migrations: applied from empty, idempotent, reversible, equal to the checked-in schema snapshot, the same
+through the plain yoyo command line, and refused before any DDL when pgvector is missing.
+
+Every test here makes its own empty databases (not the session's migrated template).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgmem import migrations
+from pgmem.errors import SchemaError
+
+from conftest import SOCKET_DIR, dsn_for
+from update_schema_snapshot import SNAPSHOT, dump_schema
+
+REPO = Path(__file__).resolve().parents[1]
+SQL_DIR = REPO / "sql"
+NAME = re.compile(r"^\d{4}\.[a-z0-9-]+\.sql$")
+
+
+def migration_ids() -> list[str]:
+    """The forward migrations in the repository's sql/ directory, in file name order (yoyo's order)."""
+    return sorted(p.name[: -len(".sql")] for p in SQL_DIR.glob("*.sql") if not p.name.endswith(".rollback.sql"))
+
+
+@pytest.fixture
+def new_db(admin: psycopg.Connection, login_role):
+    """new_db(owner=None) -> name: a fresh empty database (from template1, no pgvector), dropped after the
+    test. Depends on login_role so that it is dropped before the roles that may own it."""
+    made: list[str] = []
+
+    def make(owner: str | None = None) -> str:
+        name = f"pgmem_mig_{uuid.uuid4().hex[:10]}"
+        stmt = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if owner:
+            stmt += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
+        admin.execute(stmt)
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def one(dsn: str, query: str, params: tuple = ()):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(query, params).fetchone()[0]
+
+
+def yoyo_rows(dsn: str) -> tuple[list, int]:
+    """yoyo's bookkeeping: the applied migration ids in order, and the number of log entries."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        applied = [r[0] for r in conn.execute("SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id")]
+        log = conn.execute("SELECT count(*) FROM _yoyo_log").fetchone()[0]
+    return applied, log
+
+
+def assert_matches_snapshot(dump: str) -> None:
+    expected = SNAPSHOT.read_text(encoding="utf-8")
+    if dump != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(keepends=True), dump.splitlines(keepends=True),
+                                            fromfile="tests/schema_snapshot.sql", tofile="migrated database"))
+        pytest.fail("the migrated schema differs from tests/schema_snapshot.sql; if the change is intended, run "
+                    f"`python tests/update_schema_snapshot.py` and commit the new snapshot.\n{diff}", pytrace=False)
+
+
+# ------------------------------------------------------------------------------------------------------------
+def test_migrate_from_empty_applies_every_migration_in_order(new_db):
+    dsn = dsn_for(new_db())
+    ids = migration_ids()
+    assert len(ids) >= 2
+    assert migrations.pending(dsn) == ids
+    assert migrations.applied(dsn) == []
+    assert migrations.migrate(dsn) == ids
+    assert migrations.pending(dsn) == []
+    assert migrations.applied(dsn) == ids
+    assert yoyo_rows(dsn)[0] == ids
+    assert one(dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgmem'") == 1
+    assert one(dsn, "SELECT extversion FROM pg_extension WHERE extname = 'vector'") is not None
+
+
+def test_migrate_twice_changes_nothing(new_db):
+    dsn = dsn_for(new_db())
+    migrations.migrate(dsn)
+    before, bookkeeping = dump_schema(dsn), yoyo_rows(dsn)
+    assert migrations.migrate(dsn) == []
+    assert dump_schema(dsn) == before
+    assert yoyo_rows(dsn) == bookkeeping
+    assert one(dsn, "SELECT count(*) FROM yoyo_lock") == 0
+
+
+def test_rollback_to_empty_then_reapply(new_db):
+    dsn = dsn_for(new_db())
+    ids = migration_ids()
+    migrations.migrate(dsn)
+    first = dump_schema(dsn)
+    assert migrations.rollback(dsn) == ids[::-1]
+    assert migrations.applied(dsn) == []
+    assert migrations.pending(dsn) == ids
+    assert one(dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgmem'") == 0
+    # Nothing of pgmem is left in any other schema either (the vector extension may stay: others may use it).
+    assert one(dsn, "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                    "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND p.proname ~ 'pgmem'") == 0
+    assert one(dsn, "SELECT count(*) FROM pg_class WHERE relname ~ '^(memories|history|spaces|role_bindings)'") == 0
+    assert migrations.migrate(dsn) == ids
+    assert dump_schema(dsn) == first
+
+
+def test_schema_equals_the_checked_in_snapshot(new_db):
+    dsn = dsn_for(new_db())
+    migrations.migrate(dsn)
+    assert_matches_snapshot(dump_schema(dsn))
+
+
+def _yoyo_command() -> list[str]:
+    probe = subprocess.run([sys.executable, "-m", "yoyo", "--help"], capture_output=True, text=True)
+    if probe.returncode == 0:
+        return [sys.executable, "-m", "yoyo"]
+    exe = shutil.which("yoyo")
+    assert exe, "neither `python -m yoyo` nor a yoyo console script is available"
+    return [exe]
+
+
+def test_plain_yoyo_command_line_gives_the_same_schema(new_db, tmp_path):
+    """The DBA path: yoyo itself, no pgmem code, then pgmem sees nothing pending."""
+    by_api, by_cli = dsn_for(new_db()), new_db()
+    migrations.migrate(by_api)
+    url = f"postgresql+psycopg://postgres@/{by_cli}?host={SOCKET_DIR}"
+    proc = subprocess.run([*_yoyo_command(), "apply", "--batch", "--no-config-file", "--database", url, str(SQL_DIR)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not list(tmp_path.iterdir()), "yoyo wrote a config file"
+    assert dump_schema(dsn_for(by_cli)) == dump_schema(by_api)
+    assert migrations.pending(dsn_for(by_cli)) == []
+    assert migrations.applied(dsn_for(by_cli)) == migration_ids()
+
+
+def test_migration_files_are_well_formed():
+    files = sorted(p.name for p in SQL_DIR.iterdir())
+    forward = [f for f in files if not f.endswith(".rollback.sql")]
+    rollbacks = [f for f in files if f.endswith(".rollback.sql")]
+    assert forward, "no migrations in sql/"
+    assert sorted(f[: -len(".rollback.sql")] + ".sql" for f in rollbacks) == forward, "every migration needs exactly one .rollback.sql"
+    ids = [f[: -len(".sql")] for f in forward]
+    for i, name in enumerate(forward):
+        assert NAME.match(name), f"{name}: migration file names look like 0003.short-name.sql"
+        assert name.startswith(f"{i + 1:04d}."), f"{name}: migrations are numbered 0001, 0002, ... without gaps"
+        lines = (SQL_DIR / name).read_text(encoding="utf-8").splitlines()
+        assert re.fullmatch(r"-- \S.*", lines[0]) and not lines[0].startswith("-- depends:"), \
+            f"{name}: the first line is a one-line '-- ' description"
+        depends = [ln for ln in lines if ln.startswith("-- depends:")]
+        assert len(depends) == 1, f"{name}: needs exactly one '-- depends:' directive"
+        deps = depends[0][len("-- depends:"):].split()
+        assert set(deps) <= set(ids[:i]), f"{name}: depends on {deps}, not all of them earlier migrations"
+        if i > 0:
+            assert ids[i - 1] in deps, f"{name}: should depend on the previous migration {ids[i - 1]}"
+        rollback = (SQL_DIR / f"{ids[i]}.rollback.sql").read_text(encoding="utf-8")
+        assert rollback.strip(), f"{ids[i]}.rollback.sql is empty"
+
+
+def test_missing_extension_is_refused_before_any_ddl(new_db, login_role, admin):
+    """A non-superuser database owner cannot create pgvector: migrate names the DBA's command and leaves
+    no trace of pgmem behind (only yoyo's own bookkeeping tables)."""
+    role = login_role()
+    name = new_db(owner=role)
+    with pytest.raises(SchemaError) as err:
+        migrations.migrate(dsn_for(name, user=role))
+    assert "CREATE EXTENSION vector" in str(err.value)
+    assert err.value.sqlstate == "PGM00"
+
+    superuser = dsn_for(name)
+    assert one(superuser, "SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == 0
+    assert one(superuser, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgmem'") == 0
+    user_objects = """
+        SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+          AND c.relname !~ '^(_yoyo_|yoyo_lock)'"""
+    assert one(superuser, user_objects) == 0
+    for catalog, column, namespace in (("pg_proc", "proname", "pronamespace"), ("pg_type", "typname", "typnamespace")):
+        assert one(superuser, f"SELECT count(*) FROM {catalog} x JOIN pg_namespace n ON n.oid = x.{namespace} "
+                              f"WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') "
+                              f"AND x.{column} !~ '^_?_?yoyo'") == 0
+    assert migrations.applied(superuser) == []
+    assert one(superuser, "SELECT count(*) FROM yoyo_lock") == 0, "a failed migrate left yoyo's lock behind"
+
+    # The DBA follows the hint; then the migration goes through.
+    with psycopg.connect(superuser, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    assert migrations.migrate(superuser) == migration_ids()
+
+
+def test_sql_path_holds_every_migration_where_a_wheel_puts_them(tmp_path):
+    repo_files = sorted(p.name for p in SQL_DIR.iterdir())
+    assert sorted(p.name for p in migrations.sql_path().iterdir()) == repo_files
+
+    # The wheel maps sql/ to pgmem/sql (pyproject's force-include): lay out a package that way and check that
+    # sql_path() finds the copy inside the package (a wheel has no ../sql).
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    force = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert force.get("sql") == "pgmem/sql"
+    site = tmp_path / "site-packages"
+    shutil.copytree(REPO / "pgmem", site / "pgmem", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(SQL_DIR, site / "pgmem" / "sql")
+    proc = subprocess.run(
+        [sys.executable, "-c", "from pgmem.migrations import sql_path; import os; p = sql_path(); "
+                               "print(p); print('\\n'.join(sorted(os.listdir(p))))"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    where, *listed = proc.stdout.splitlines()
+    assert Path(where) == site / "pgmem" / "sql"
+    assert listed == repo_files
