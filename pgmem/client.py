@@ -8,6 +8,7 @@ validated before anything is sent; database errors arrive as :mod:`pgmem.errors`
 from __future__ import annotations
 
 import os
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -49,7 +50,9 @@ GATEWAY_ROLE = "pgmem_gateway"
 # --------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MemoryRecord:
-    """One memory. ``similarity`` is the cosine similarity to the query, in [-1, 1], for search results only."""
+    """One memory. Search results also carry ``similarity``, the cosine similarity of the memory's embedding to
+    the query in [-1, 1]; hybrid and text search add ``score`` (the fused rank score, higher is better),
+    ``text_score`` (raw BM25) and ``vector_score`` (best sentence + context cosine, in [-2, 2])."""
 
     id: UUID
     user_id: str
@@ -63,6 +66,9 @@ class MemoryRecord:
     expires_at: datetime | None
     version: int
     similarity: float | None = None
+    score: float | None = None
+    text_score: float | None = None
+    vector_score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class Space:
     hnsw_m: int | None
     hnsw_ef_construction: int | None
     created_at: datetime
+    text_config: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,30 @@ def _register_vector(conn: psycopg.Connection) -> None:
     _registered.add(conn)
 
 
+SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+MAX_SENTENCE_VECTORS = 32
+
+
+def extra_texts(content: str, metadata: Mapping[str, Any] | None, previous: str | None) -> list[tuple[str, str]]:
+    """The extra texts embedded with a memory for hybrid recall (docs/recall.md), as ``(kind, text)``:
+
+    - ``sentence``: each sentence (split after ``.``, ``!`` or ``?``) of a memory of two or more sentences,
+      at most 32, prefixed with ``metadata["speaker"] + ": "`` when the memory names a speaker;
+    - ``context``: the previous memory of the same session, a newline, then this memory.
+    """
+    out: list[tuple[str, str]] = []
+    sentences = [part.strip() for part in SENTENCE_SPLIT.split(content) if part.strip()]
+    if len(sentences) > 1:
+        speaker = metadata.get("speaker") if metadata else None
+        for sentence in sentences[:MAX_SENTENCE_VECTORS]:
+            if isinstance(speaker, str) and speaker and not sentence.startswith(speaker):
+                sentence = f"{speaker}: {sentence}"
+            out.append(("sentence", sentence))
+    if previous is not None:
+        out.append(("context", f"{previous}\n{content}"))
+    return out
+
+
 def count_occurrences(haystack: str, needle: str) -> int:
     """Occurrences of ``needle`` in ``haystack`` as literal, case-sensitive text, overlapping ones included
     (``"aa"`` in ``"aaa"`` is 2). Same rule as ``pgmem.count_occurrences`` in SQL."""
@@ -173,7 +204,8 @@ class Memory:
     embedded server (started and migrated on demand). On the embedded server the client switches to the
     role ``pgmem_gateway`` so row-level security applies; on your own server it acts as its login role
     (``role=`` to switch). ``user_id`` is named per transaction (gateway logins); leave it None for a login
-    bound to a user with ``pgmem.bind_role``.
+    bound to a user with ``pgmem.bind_role``. ``contextual`` (default True): text writes also store a vector
+    per sentence and one with the session's previous memory, used by hybrid search (docs/recall.md).
 
     ``space`` is the embedding space (model + dims) memories live in; it is created for the embedder on
     first use when the role may create spaces. ``embedder`` defaults to all-MiniLM-L6-v2 (384 dims), loaded
@@ -182,10 +214,11 @@ class Memory:
 
     def __init__(self, dsn: str | None = None, *, user_id: str | None = None, agent_id: str | None = None,
                  space: str = DEFAULT_SPACE, embedder: Embedder | None = None, role: str | None | type = ...,
-                 pool: Any = None, min_size: int = 1, max_size: int = 8) -> None:
+                 pool: Any = None, min_size: int = 1, max_size: int = 8, contextual: bool = True) -> None:
         self.user_id = v.check_id(user_id, "user_id")
         self.agent_id = v.check_id(agent_id, "agent_id")
         self.space_name = space
+        self.contextual = contextual
         self._embedder = embedder
         self._space: Space | None = None
         self._space_lock = threading.Lock()
@@ -288,12 +321,14 @@ class Memory:
 
     # --- spaces ---------------------------------------------------------------------------------------------
     def create_space(self, name: str, model: str, dims: int, *, hnsw_m: int = 16, hnsw_ef_construction: int = 64,
-                     conn: psycopg.Connection | None = None) -> Space:
+                     text_config: str = "english", conn: psycopg.Connection | None = None) -> Space:
         """Register an embedding space bound to ``model`` with ``dims`` dimensions and build its HNSW index
-        (m=16, ef_construction=64: pgvector's defaults). Idempotent; a different model or dims for an
+        (m=16, ef_construction=64: pgvector's defaults). ``text_config``: the PostgreSQL text search
+        configuration of its full-text side (docs/recall.md). Idempotent; a different model or dims for an
         existing name raises :class:`EmbeddingSpaceMismatch`."""
         rows = self._rows("create_space", {"name": name, "model": model, "dims": dims, "distance": "cosine",
-                                           "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction}, conn)
+                                           "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction,
+                                           "text_config": text_config}, conn)
         return _row(Space, rows[0])
 
     def get_space(self, name: str | None = None, *, conn: psycopg.Connection | None = None) -> Space:
@@ -364,16 +399,31 @@ class Memory:
         agent = v.check_id(agent_id, "agent_id") or self.agent_id
         v.check_id(session_id, "session_id")
         v.check_datetime(expires_at, "expires_at")
+        kinds: list[str] | None = None
+        extra_vecs: list | None = None
         if embedding is None:
-            vecs, space = self._embed([content], conn)
+            extras: list[tuple[str, str]] = []
+            if self.contextual:
+                previous = self._previous_content(session_id, conn)
+                extras = extra_texts(content, meta, previous)
+            vecs, space = self._embed([content] + [t for _, t in extras], conn)
             vec, model = vecs[0], space.model
+            kinds, extra_vecs = [k for k, _ in extras], list(vecs[1:])
         else:
             vec, space = self._vector(embedding, conn)
             model = None
         row = self._rows("add", {"space": space.name, "content": content, "embedding": vec, "agent_id": agent,
                                  "session_id": session_id, "metadata": Jsonb(meta or {}), "expires_at": expires_at,
-                                 "model": model}, conn)[0]
+                                 "model": model, "vector_kinds": kinds, "vectors": extra_vecs}, conn)[0]
         return AddResult(row["id"], row["created"])
+
+    def _previous_content(self, session_id: str | None, conn) -> str | None:
+        """Content of the last memory of ``session_id`` (None without a session or when it is empty)."""
+        if session_id is None:
+            return None
+        self.space(conn=conn)
+        rows = self._rows("session_tail", {"space": self.space_name, "session_id": session_id, "n": 1}, conn)
+        return rows[-1]["content"] if rows else None
 
     def add_many(self, items: Sequence[str | Mapping[str, Any]], *, agent_id: str | None = None,
                  session_id: str | None = None, conn: psycopg.Connection | None = None) -> list[AddResult]:
@@ -407,12 +457,28 @@ class Memory:
         space = self.space(conn=conn)
         model = None
         missing = [i for i, it in enumerate(norm) if it["embedding"] is None]
+        extras: list[tuple[int, str, str]] = []  # (item, kind, text)
+        if missing and self.contextual:
+            last: dict[str, str | None] = {}
+            for i, it in enumerate(norm):
+                sess = it["session_id"]
+                previous = None
+                if sess is not None:
+                    previous = last[sess] if sess in last else self._previous_content(sess, conn)
+                    last[sess] = it["content"]
+                if it["embedding"] is None:
+                    extras += [(i, kind, text) for kind, text in extra_texts(it["content"], it["metadata"], previous)]
+        vector_items = vector_kinds = extra_vecs = None
         if missing:
-            vecs, space = self._embed([norm[i]["content"] for i in missing], conn)
+            vecs, space = self._embed([norm[i]["content"] for i in missing] + [t for _, _, t in extras], conn)
             for i, vec in zip(missing, vecs):
                 norm[i]["embedding"] = vec
             if len(missing) == len(norm):
                 model = space.model
+            if extras:
+                vector_items = [i for i, _, _ in extras]
+                vector_kinds = [k for _, k, _ in extras]
+                extra_vecs = list(vecs[len(missing):])
         for i, it in enumerate(norm):
             it["embedding"] = v.check_vector(it["embedding"], space.dims, context=self._context(space), index=i)
         rows = self._rows("add_batch", {
@@ -420,7 +486,8 @@ class Memory:
             "embeddings": [it["embedding"] for it in norm], "agent_ids": [it["agent_id"] for it in norm],
             "session_ids": [it["session_id"] for it in norm], "metadata": [Jsonb(it["metadata"]) for it in norm],
             "expires_at": [it["expires_at"] for it in norm], "model": model,
-            "created_at": [it["created_at"] for it in norm]}, conn)
+            "created_at": [it["created_at"] for it in norm], "vector_items": vector_items,
+            "vector_kinds": vector_kinds, "vectors": extra_vecs}, conn)
         return [AddResult(r["id"], r["created"]) for r in rows]
 
     def update(self, id: UUID | str, *, content: str | None = None, metadata: Mapping[str, Any] | None = None,
@@ -431,19 +498,26 @@ class Memory:
         Raises NotFound, VersionConflict, DuplicateMemory, ValidationError."""
         model = None
         vec = None
+        kinds = extra_vecs = None
+        meta = v.check_metadata(metadata)
         if content is not None:
             v.check_content(content)
             if embedding is None:
-                vecs, space = self._embed([content], conn)
-                vec, model = vecs[0], space.model
+                vec, model, kinds, extra_vecs = self._embed_with_sentences(content, meta, conn)
         if embedding is not None:
             vec, _ = self._vector(embedding, conn)
-        meta = v.check_metadata(metadata)
         rows = self._rows("update", {"id": id, "content": content, "embedding": vec,
                                      "metadata": Jsonb(meta) if meta is not None else None,
                                      "replace_metadata": replace_metadata, "expected_version": expected_version,
-                                     "agent_id": self.agent_id, "model": model}, conn)
+                                     "agent_id": self.agent_id, "model": model, "vector_kinds": kinds,
+                                     "vectors": extra_vecs}, conn)
         return _row(MemoryRecord, rows[0])
+
+    def _embed_with_sentences(self, content: str, metadata: Mapping[str, Any] | None, conn):
+        """Embedding, model, and sentence vectors of changed content (an edited memory keeps no context vector)."""
+        extras = extra_texts(content, metadata, None) if self.contextual else []
+        vecs, space = self._embed([content] + [t for _, t in extras], conn)
+        return vecs[0], space.model, [k for k, _ in extras], list(vecs[1:])
 
     def edit(self, id: UUID | str, old: str, new: str, *, expected_version: int | None = None,
              conn: psycopg.Connection | None = None) -> MemoryRecord:
@@ -473,11 +547,12 @@ class Memory:
             pos = current.content.find(old)
             new_content = current.content[:pos] + new + current.content[pos + len(old):]
             v.check_content(new_content)
-            vecs, space = self._embed([new_content], conn)
+            vec, model, kinds, extra_vecs = self._embed_with_sentences(new_content, current.metadata, conn)
             try:
-                rows = self._rows("edit", {"id": id, "needle": old, "replacement": new, "embedding": vecs[0],
+                rows = self._rows("edit", {"id": id, "needle": old, "replacement": new, "embedding": vec,
                                            "expected_version": expected_version or current.version,
-                                           "agent_id": self.agent_id, "model": space.model}, conn)
+                                           "agent_id": self.agent_id, "model": model, "vector_kinds": kinds,
+                                           "vectors": extra_vecs}, conn)
             except VersionConflict:
                 if attempt + 1 == attempts:
                     raise
@@ -497,6 +572,8 @@ class Memory:
         v.check_id(agent_id, "agent_id")
         v.check_id(session_id, "session_id")
         flt = v.check_filter(filter)
+        if not all_spaces:
+            self.space(conn=conn)
         return int(self._rows("delete_all", {
             "space": None if all_spaces else self.space_name, "agent_id": agent_id, "session_id": session_id,
             "filter": Jsonb(flt) if flt is not None else None, "confirm": confirm, "actor": self.agent_id},
@@ -528,6 +605,7 @@ class Memory:
                 after_ts, after_id = datetime.fromisoformat(ts), UUID(raw_id)
             except ValueError:
                 raise ValidationError(f"not a pgmem cursor: {cursor!r}", field="cursor") from None
+        self.space(conn=conn)
         rows = self._rows("list", {"space": self.space_name, "agent_id": agent_id, "session_id": session_id,
                                    "filter": Jsonb(flt) if flt is not None else None, "limit": limit,
                                    "after_created_at": after_ts, "after_id": after_id,
@@ -540,11 +618,24 @@ class Memory:
     def search(self, query: str | None = None, *, embedding: Any = None, k: int = 10,
                filter: Mapping[str, Any] | None = None, agent_id: str | None = None, session_id: str | None = None,
                min_similarity: float | None = None, created_after: datetime | None = None,
-               created_before: datetime | None = None, conn: psycopg.Connection | None = None) -> list[MemoryRecord]:
-        """The ``k`` memories most similar to ``query`` (embedded) or ``embedding``, by cosine similarity in
-        [-1, 1], highest first; min(k, matching rows) of them for any tenant size. All agents of the user
-        are searched unless ``agent_id`` is given. ``filter`` operators: docs/filters.md.
-        Raises ValidationError (empty query, k outside 1..1000), InvalidFilter, DimensionMismatch."""
+               created_before: datetime | None = None, mode: str | None = None,
+               conn: psycopg.Connection | None = None) -> list[MemoryRecord]:
+        """The ``k`` memories that best answer ``query``, highest first; min(k, matching rows) of them for
+        any tenant size. All agents of the user are searched unless ``agent_id`` is given.
+
+        ``mode``: ``"hybrid"`` (default for a query text: BM25 full-text fused with vector similarity,
+        ``pgmem.search_hybrid``, see docs/recall.md), ``"vector"`` (cosine similarity in [-1, 1] only,
+        ``pgmem.search``; the default when only ``embedding`` is given) or ``"text"`` (BM25 only, nothing
+        embedded). ``filter`` operators: docs/filters.md. ``min_similarity`` (a cosine threshold) applies to
+        vector mode, which it selects when ``mode`` is not given.
+        Raises ValidationError (empty query, k outside 1..1000, unknown mode), InvalidFilter, DimensionMismatch."""
+        if mode is None:  # min_similarity is a cosine threshold, so it selects vector mode
+            mode = "hybrid" if query is not None and min_similarity is None else "vector"
+        if mode not in ("hybrid", "vector", "text"):
+            raise ValidationError(f"mode must be 'hybrid', 'vector' or 'text', got {mode!r}", field="mode")
+        if mode != "vector":
+            return self._search_hybrid(query, embedding, k, filter, agent_id, session_id, min_similarity,
+                                       created_after, created_before, mode, conn)
         v.check_k(k)
         if min_similarity is not None and not -1.0 <= float(min_similarity) <= 1.0:
             raise ValidationError(f"min_similarity must be in [-1, 1], got {min_similarity}", field="min_similarity")
@@ -568,12 +659,43 @@ class Memory:
                                      "created_after": created_after, "created_before": created_before}, conn)
         return [_row(MemoryRecord, r) for r in rows]
 
+    def _search_hybrid(self, query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
+                       created_before, mode, conn) -> list[MemoryRecord]:
+        v.check_k(k)
+        if min_similarity is not None:
+            raise ValidationError("min_similarity applies to mode='vector' only", field="min_similarity")
+        flt = v.check_filter(filter)
+        v.check_id(agent_id, "agent_id")
+        v.check_id(session_id, "session_id")
+        v.check_datetime(created_after, "created_after")
+        v.check_datetime(created_before, "created_before")
+        if query is None:
+            raise ValidationError(f"mode={mode!r} needs a query text", field="query")
+        v.check_query(query)
+        vec = model = None
+        if mode == "hybrid":
+            if embedding is None:
+                vecs, space = self._embed([query], conn)
+                vec, model = vecs[0], space.model
+            else:
+                vec, space = self._vector(embedding, conn)
+        else:
+            space = self.space(conn=conn)
+        rows = self._rows("search_hybrid", {"space": space.name, "query": query, "embedding": vec, "k": k,
+                                            "agent_id": agent_id, "session_id": session_id,
+                                            "filter": Jsonb(flt) if flt is not None else None,
+                                            "created_after": created_after, "created_before": created_before,
+                                            "model": model}, conn)
+        return [_row(MemoryRecord, r) for r in rows]
+
     def history(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> list[HistoryEvent]:
         """Every event of one memory, oldest first (kept after deletion)."""
         return [_row(HistoryEvent, r) for r in self._rows("history", {"id": id}, conn)]
 
     def stats(self, *, all_spaces: bool = False, conn: psycopg.Connection | None = None) -> list[SpaceStats]:
         """Counts of this user's live memories per space (this client's space unless ``all_spaces``)."""
+        if not all_spaces:
+            self.space(conn=conn)
         rows = self._rows("stats", {"space": None if all_spaces else self.space_name}, conn)
         return [_row(SpaceStats, r) for r in rows]
 

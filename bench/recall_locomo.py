@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""Retrieval recall of pgmem on LoCoMo conversations (dense, full-text and hybrid search).
+
+    python bench/recall_locomo.py --data ../shared/data/locomo/locomo-dev.json [--dsn DSN] [--out bench/out]
+                                  [--limit-conversations N] [--check]
+
+What it does
+1. Drops and re-creates the database ``pgmem_bench_recall`` (on the embedded server, or on the server of
+   ``--dsn``, whose user must be allowed to CREATE DATABASE), migrates it and opens
+   ``Memory(dsn, role="pgmem_gateway", space="minilm")`` with the default MiniLM embedder.
+2. Imports every turn of the file with :func:`pgmem.importer.import_file` (``fmt="locomo"``: one memory per
+   turn, user = the conversation's ``sample_id``, ``metadata["dia_id"]`` = the turn's id).
+3. Asks every question of categories 1-4 under its conversation's user with ``Memory.search(question, k=10,
+   mode=...)`` for each mode (vector, text, hybrid) and scores the ranked ``dia_id``s against the question's
+   evidence.
+
+Scoring (the rule of the data's README, as in the recall lab's ``common.py``)
+- Evidence ids are normalised: ``"D8:6; D9:17"`` is two ids, ``"D:11:26"`` is ``D11:26``; questions whose
+  evidence is empty are left out (883 questions of categories 1-4 on the dev split). An id that names no turn
+  (one question cites ``"D"``) stays in the denominator and can never be found.
+- turn-level recall@k: share of the question's evidence ids among the top k results, averaged over questions.
+- session recall@10: share of the evidence's sessions (``D3`` of ``D3:12``) among the sessions of the top 10.
+- MRR: reciprocal rank of the first evidence hit in the top 10 (0 when none).
+- latency: wall time of the ``search`` call (query embedding included), p50/p95 in ms; "search only" subtracts
+  the time spent inside the embedder during that call (measured by wrapping the embedder).
+
+Output: a table on stdout (plus the naive baseline of the data's README), ``OUT/recall_locomo.csv`` (one row
+per mode) and ``OUT/recall_locomo.png`` (R@1/R@5/R@10 per mode, baseline R@10 marked). The dataset is only
+read from ``--data``, never copied. Exit code 0; with ``--check``, 1 when hybrid R@10 < 0.80 or R@5 < 0.70.
+Needs ``pip install 'pgmem[local,bench]'`` (sentence-transformers, matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import inspect
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+DATABASE = "pgmem_bench_recall"
+SPACE = "minilm"
+MODES = ("vector", "text", "hybrid")
+K = 10
+CATEGORIES = (1, 2, 3, 4)
+# Naive baseline of /work/shared/data/locomo/README.md (883 questions, all-MiniLM-L6-v2, turns as "Speaker: text"):
+# dense only, PostgreSQL full-text (OR of question words, ts_rank_cd), reciprocal-rank fusion of the two.
+BASELINE = {"vector": ("baseline dense", 0.395, 0.483),
+            "text": ("baseline full-text", 0.492, 0.572),
+            "hybrid": ("baseline RRF hybrid", 0.480, 0.585)}
+CHECK_R10, CHECK_R5 = 0.80, 0.70
+
+
+# --------------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------------
+def normalise_evidence(evidence: Sequence[str]) -> list[str]:
+    """``["D8:6; D9:17", "D:11:26"]`` -> ``["D8:6", "D9:17", "D11:26"]`` (the recall lab's ``fix_ev``)."""
+    out = []
+    for e in evidence:
+        for part in re.split(r"[;,]\s*", e):
+            part = re.sub(r"^D:(\d+)", r"D\1", part.strip())
+            out.append(part)
+    return out
+
+
+def session_of(dia_id: str | None) -> int | None:
+    m = re.match(r"D(\d+):", dia_id or "")
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class Question:
+    user: str
+    text: str
+    category: int
+    evidence: list[str]
+
+
+def load(path: Path, limit: int | None) -> tuple[list[str], list[Question]]:
+    """Sample ids (file order, the first ``limit``) and their questions of categories 1-4 with evidence."""
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    samples = data[:limit] if limit else data
+    users, questions = [], []
+    for sample in samples:
+        user = str(sample["sample_id"])
+        users.append(user)
+        for qa in sample.get("qa") or []:
+            if qa.get("category") not in CATEGORIES or not qa.get("evidence"):
+                continue
+            questions.append(Question(user, qa["question"], int(qa["category"]), normalise_evidence(qa["evidence"])))
+    return users, questions
+
+
+# --------------------------------------------------------------------------------------------------------
+# Scoring
+# --------------------------------------------------------------------------------------------------------
+@dataclass
+class Scores:
+    r1: list[float] = field(default_factory=list)
+    r5: list[float] = field(default_factory=list)
+    r10: list[float] = field(default_factory=list)
+    rr: list[float] = field(default_factory=list)
+    s10: list[float] = field(default_factory=list)
+    category: list[int] = field(default_factory=list)
+    wall_ms: list[float] = field(default_factory=list)
+    search_ms: list[float] = field(default_factory=list)
+
+    def add(self, q: Question, ranked: Sequence[str | None], wall_ms: float, embed_ms: float) -> None:
+        ev = q.evidence
+        for k, acc in ((1, self.r1), (5, self.r5), (10, self.r10)):
+            top = set(ranked[:k])
+            acc.append(sum(e in top for e in ev) / len(ev))
+        self.rr.append(next((1.0 / (i + 1) for i, x in enumerate(ranked[:K]) if x in ev), 0.0))
+        ev_sessions = {session_of(e) for e in ev}
+        top_sessions = {session_of(x) for x in ranked[:K]}
+        self.s10.append(len(ev_sessions & top_sessions) / len(ev_sessions))
+        self.category.append(q.category)
+        self.wall_ms.append(wall_ms)
+        self.search_ms.append(wall_ms - embed_ms)
+
+    def summary(self) -> dict[str, float]:
+        def mean(xs):
+            return float(np.mean(xs)) if xs else float("nan")
+
+        def pct(xs, p):
+            return float(np.percentile(xs, p)) if xs else float("nan")
+
+        out = {"questions": len(self.r10), "r_at_1": mean(self.r1), "r_at_5": mean(self.r5), "r_at_10": mean(self.r10),
+               "mrr": mean(self.rr), "session_r_at_10": mean(self.s10),
+               "p50_ms": pct(self.wall_ms, 50), "p95_ms": pct(self.wall_ms, 95),
+               "p50_ms_search_only": pct(self.search_ms, 50), "p95_ms_search_only": pct(self.search_ms, 95)}
+        for c in CATEGORIES:
+            xs = [r for r, cat in zip(self.r10, self.category) if cat == c]
+            out[f"n_cat{c}"] = len(xs)
+            out[f"r_at_10_cat{c}"] = mean(xs)
+        return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# Database and client
+# --------------------------------------------------------------------------------------------------------
+class TimedEmbedder:
+    """Wraps an embedder and adds the seconds spent in ``embed`` to ``seconds`` (to take embedding out of a
+    search's latency)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.model_name = inner.model_name
+        self.dims = inner.dims
+        self.seconds = 0.0
+
+    def embed(self, texts):
+        t0 = time.perf_counter()
+        try:
+            return self.inner.embed(texts)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+
+def with_database(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def fresh_database(dsn: str | None) -> str:
+    """Drop and re-create ``pgmem_bench_recall``; its DSN (a postgresql:// URL)."""
+    import psycopg
+    from psycopg import sql
+
+    if dsn is None:
+        from pgmem import server
+
+        st = server.start()
+        admin, bench = st.url("postgres"), st.url(DATABASE)
+    else:
+        if not dsn.startswith(("postgresql://", "postgres://")):
+            sys.exit("--dsn must be a postgresql:// URL (the benchmark's database replaces its database name)")
+        if urlsplit(dsn).path.strip("/") == DATABASE:
+            sys.exit(f"--dsn must name another database than {DATABASE} (it is dropped and re-created)")
+        admin, bench = dsn, with_database(dsn, DATABASE)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+    return bench
+
+
+def search_modes() -> tuple[str, ...]:
+    """The modes ``Memory.search`` offers: all three when it takes ``mode``, else dense only."""
+    from pgmem import Memory
+
+    if "mode" in inspect.signature(Memory.search).parameters:
+        return MODES
+    print("note: Memory.search has no mode= parameter in this pgmem; measuring dense search only", file=sys.stderr)
+    return ("vector",)
+
+
+def run_search(client, question: str, mode: str, modes: tuple[str, ...]):
+    if modes == ("vector",):  # pgmem without search modes
+        return client.search(question, k=K)
+    return client.search(question, k=K, mode=mode)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------------------------
+def print_tables(console, results: dict[str, dict], n_conv: int) -> None:
+    from rich.table import Table
+
+    n = next(iter(results.values()))["questions"] if results else 0
+    t = Table(title=f"LoCoMo recall, {n} questions of categories 1-4, {n_conv} conversation(s), k={K}")
+    for col in ("mode", "R@1", "R@5", "R@10", "MRR", "S@10", "p50 ms", "p95 ms", "p50 -emb", "p95 -emb"):
+        t.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
+    for mode, m in results.items():
+        t.add_row(mode, f"{m['r_at_1']:.3f}", f"{m['r_at_5']:.3f}", f"{m['r_at_10']:.3f}", f"{m['mrr']:.3f}",
+                  f"{m['session_r_at_10']:.3f}", f"{m['p50_ms']:.1f}", f"{m['p95_ms']:.1f}",
+                  f"{m['p50_ms_search_only']:.1f}", f"{m['p95_ms_search_only']:.1f}")
+    t.add_section()
+    for name, r5, r10 in BASELINE.values():
+        t.add_row(f"[dim]{name}[/dim]", "", f"[dim]{r5:.3f}[/dim]", f"[dim]{r10:.3f}[/dim]", "", "", "", "", "", "")
+    console.print(t)
+    console.print("[dim]S@10: session-level recall@10; p50/p95: wall time of Memory.search in ms, query embedding "
+                  "included; -emb: minus the time spent embedding the query; baseline: the data's README "
+                  "(883 questions, all 6 dev conversations)[/dim]")
+
+    c = Table(title="R@10 per category")
+    c.add_column("category", justify="right")
+    c.add_column("questions", justify="right")
+    for mode in results:
+        c.add_column(f"{mode} R@10", justify="right", style="bold" if mode == "hybrid" else None)
+    first = next(iter(results.values()))
+    for cat in CATEGORIES:
+        c.add_row(str(cat), str(first[f"n_cat{cat}"]), *(f"{results[m][f'r_at_10_cat{cat}']:.3f}" for m in results))
+    console.print(c)
+
+
+def write_csv(path: Path, results: dict[str, dict], extra: dict) -> None:
+    rows = [{"mode": mode, **extra, **m} for mode, m in results.items()]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def write_chart(path: Path, results: dict[str, dict], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(results)
+    metrics = (("r_at_1", "R@1"), ("r_at_5", "R@5"), ("r_at_10", "R@10"))
+    width = 0.26
+    x = np.arange(len(modes))
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
+    for i, (key, label) in enumerate(metrics):
+        vals = [results[m][key] for m in modes]
+        bars = ax.bar(x + (i - 1) * width, vals, width, label=label)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
+    for j, mode in enumerate(modes):
+        name, _, r10 = BASELINE[mode]
+        ax.hlines(r10, x[j] - 1.5 * width, x[j] + 1.5 * width, colors="black", linestyles="dashed", linewidth=1.2,
+                  label="baseline R@10 (README)" if j == 0 else None)
+        ax.annotate(f"{name.removeprefix('baseline ')} {r10:.3f}", (x[j] - 1.5 * width, r10 + 0.01), fontsize=7,
+                    va="bottom", ha="left")
+    ax.set_xticks(x, modes)
+    ax.set_xlim(-0.6, len(modes) - 0.4)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("turn-level recall")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=8, ncols=4)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, type=Path, help="LoCoMo JSON file (e.g. locomo-dev.json)")
+    ap.add_argument("--dsn", help="postgresql:// URL of a server whose user may CREATE DATABASE "
+                                  "(default: the embedded server)")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out", help="output directory")
+    ap.add_argument("--limit-conversations", type=int, default=None, metavar="N",
+                    help="only the first N conversations of the file")
+    ap.add_argument("--batch-size", type=int, default=256, help="import batch size")
+    ap.add_argument("--check", action="store_true",
+                    help=f"exit 1 when hybrid R@10 < {CHECK_R10} or R@5 < {CHECK_R5}")
+    args = ap.parse_args(argv)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from pgmem import Memory, SentenceTransformerEmbedder, importer, migrations
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    if not args.data.is_file():
+        console.print(f"[red]no such file: {args.data}[/red]")
+        return 2
+    users, questions = load(args.data, args.limit_conversations)
+    modes = search_modes()
+
+    dsn = fresh_database(args.dsn)
+    migrations.migrate(dsn)
+    embedder = TimedEmbedder(SentenceTransformerEmbedder())
+    console.print(f"database {DATABASE} re-created and migrated; {len(users)} conversation(s), "
+                  f"{len(questions)} questions; modes: {', '.join(modes)}")
+
+    def bar(label: str) -> Progress:
+        return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TimeRemainingColumn(), console=console)
+
+    with Memory(dsn, role="pgmem_gateway", space=SPACE, embedder=embedder) as memory:
+        # 2. import
+        keep = set(users)
+
+        def owner(rec) -> str:  # a Record's user; a Failure's "where" starts with the sample id
+            return rec.user_id if isinstance(rec, importer.Record) else rec.where.split()[0]
+
+        if args.limit_conversations:
+            total = sum(1 for r in importer.read_locomo(args.data) if owner(r) in keep)
+        else:
+            total = importer.count_records(args.data, "locomo")
+        with bar("importing") as progress:
+            task = progress.add_task("import", total=total)
+            tick = lambda n: progress.advance(task, n)  # noqa: E731
+            if args.limit_conversations:
+                records = (r for r in importer.read_locomo(args.data) if owner(r) in keep)
+                summary = importer.import_records(memory, records, batch_size=args.batch_size, progress=tick)
+            else:
+                summary = importer.import_file(memory, args.data, fmt="locomo", batch_size=args.batch_size,
+                                               progress=tick)
+        console.print(f"imported {summary.rows} turns: {summary.added} added, {summary.duplicates} duplicates, "
+                      f"{len(summary.failures)} failures in {summary.seconds:.1f} s "
+                      f"({summary.rows_per_second:.1f} rows/s)")
+        for f in summary.failures[:10]:
+            console.print(f"  [red]failed[/red] {f.where}: {f.reason}")
+
+        # 3. questions
+        clients = {u: memory.with_identity(user_id=u) for u in users}
+        for mode in modes:  # warm-up (model, connections, plans): not measured
+            run_search(clients[users[0]], "warm-up question", mode, modes)
+        scores = {mode: Scores() for mode in modes}
+        unmapped = 0
+        with bar("searching") as progress:
+            task = progress.add_task("search", total=len(questions))
+            for q in questions:
+                for mode in modes:
+                    embedder.seconds = 0.0
+                    t0 = time.perf_counter()
+                    recs = run_search(clients[q.user], q.text, mode, modes)
+                    wall = time.perf_counter() - t0
+                    ranked = [(r.metadata or {}).get("dia_id") for r in recs]
+                    unmapped += sum(x is None for x in ranked)
+                    scores[mode].add(q, ranked, 1000 * wall, 1000 * embedder.seconds)
+                progress.advance(task)
+        if unmapped:
+            console.print(f"[yellow]warning: {unmapped} results had no metadata['dia_id'][/yellow]")
+
+    # 4. report
+    results = {mode: s.summary() for mode, s in scores.items()}
+    print_tables(console, results, len(users))
+    args.out.mkdir(parents=True, exist_ok=True)
+    csv_path, png_path = args.out / "recall_locomo.csv", args.out / "recall_locomo.png"
+    write_csv(csv_path, results, {"conversations": len(users), "k": K, "import_rows": summary.rows,
+                                  "import_seconds": round(summary.seconds, 2),
+                                  "import_rows_per_second": round(summary.rows_per_second, 2)})
+    write_chart(png_path, results, f"pgmem on LoCoMo ({results[modes[0]]['questions']} questions, "
+                                   f"{len(users)} conversation(s)), k={K}")
+    console.print(f"wrote {csv_path}\nwrote {png_path}")
+
+    if args.check:
+        h = results.get("hybrid")
+        if h is None or h["r_at_10"] < CHECK_R10 or h["r_at_5"] < CHECK_R5:
+            got = "no hybrid mode" if h is None else f"R@10 {h['r_at_10']:.3f}, R@5 {h['r_at_5']:.3f}"
+            console.print(f"[red]check failed: hybrid needs R@10 >= {CHECK_R10} and R@5 >= {CHECK_R5} ({got})[/red]")
+            return 1
+        console.print("[green]check passed[/green]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
