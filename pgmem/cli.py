@@ -317,7 +317,8 @@ def records_table(records: Iterable[Any], *, scores: bool = False, title: str | 
     for r in records:
         cells = [Text(short_id(r.id)), Text(r.agent_id or "")]
         if scores:
-            cells.append(Text(f"{r.similarity:.3f}" if r.similarity is not None else ""))
+            value = r.score if getattr(r, "score", None) is not None else r.similarity
+            cells.append(Text(f"{value:.3f}" if value is not None else ""))
         cells += [Text(r.content), Text(_compact(r.metadata)), Text(age(r.created_at, now))]
         table.add_row(*cells)
     return table
@@ -412,6 +413,18 @@ def server_url(data_dir: DataDirOpt = None) -> None:
     if not st.running:
         raise PgmemError(f"the embedded server in {st.data_dir} is not running", hint="pgmem server start")
     typer.echo(st.url())
+
+
+@server_app.command("psql")
+def server_psql(data_dir: DataDirOpt = None) -> None:
+    """Open the embedded server's own psql on the pgmem database (no separate client install needed)."""
+    from . import server
+
+    st = server.status(data_dir.resolve() if data_dir else None)
+    if not st.running:
+        raise PgmemError(f"the embedded server in {st.data_dir} is not running", hint="pgmem server start")
+    psql = str(server.bin_dir() / "psql")
+    os.execv(psql, [psql, st.url()])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -535,14 +548,19 @@ def search(ctx: typer.Context,
            min_similarity: Annotated[Optional[float], typer.Option(
                "--min-similarity", help="Drop results below this cosine similarity (-1..1).",
                show_default=False)] = None,
+           mode: Annotated[Optional[str], typer.Option(
+               "--mode", help="hybrid (default: full-text + vectors), vector (cosine only) or text (full-text only).",
+               show_default=False)] = None,
            agent: AgentScopeOpt = None, session: SessionScopeOpt = None,
            dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
            as_json: JsonOpt = False) -> None:
-    """The memories most similar to QUERY, by cosine similarity (1 = same direction), highest first."""
+    """The memories that best answer QUERY, highest score first: hybrid recall by default (score: fused
+    full-text and vector score); --mode vector or --min-similarity give cosine similarity (1 = same direction)."""
     o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
     flt = parse_json_object(filter, "--filter")
     with memory(o) as m:
-        hits = m.search(query, k=k, filter=flt, agent_id=agent, session_id=session, min_similarity=min_similarity)
+        hits = m.search(query, k=k, filter=flt, agent_id=agent, session_id=session, min_similarity=min_similarity,
+                        mode=mode)
     emit(o, hits, lambda: console().print(records_table(hits, scores=True)) if hits else typer.echo("no matches"))
 
 

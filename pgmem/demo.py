@@ -36,7 +36,7 @@ LEARNED = {
 }
 
 QUESTIONS = [
-    "Booking a restaurant in Lisbon for Maya: is there anything she can't eat?",
+    "Planning dinner in Lisbon: does Maya have any food allergies or a special diet?",
     "Which days in June is Maya unavailable?",
     "Who looks after the cat while she is away?",
 ]
@@ -63,7 +63,7 @@ def run(console: Console | None = None, dsn: str | None = None) -> int:
         console.print(f"\n[bold]1. Two agents of user {USER!r} write what they learned[/]")
         for agent, facts in LEARNED.items():
             mem = base.with_identity(user_id=USER, agent_id=agent)
-            results = mem.add_many([{"content": c, "metadata": m, "session_id": "onboarding"} for c, m in facts])
+            results = mem.add_many([{"content": c, "metadata": m} for c, m in facts])
             for (content, _), res in zip(facts, results):
                 console.print(f"  [green]{agent:>14}[/] stored {str(res.id)[:8]}  {content}")
 
@@ -71,11 +71,11 @@ def run(console: Console | None = None, dsn: str | None = None) -> int:
         concierge = base.with_identity(user_id=USER, agent_id="concierge")
         for question in QUESTIONS:
             table = Table(title=f"[bold]{question}[/]", title_justify="left", show_lines=False)
-            table.add_column("score", justify="right")
+            table.add_column("score", justify="right")  # hybrid: full-text + vector, higher is better
             table.add_column("written by")
             table.add_column("memory")
             for hit in concierge.search(question, k=3):
-                table.add_row(f"{hit.similarity:.3f}", hit.agent_id or "", hit.content)
+                table.add_row(f"{hit.score:.3f}", hit.agent_id or "", hit.content)
             console.print(table)
 
         console.print(f"\n[bold]3. A literal edit, and its history[/]")
@@ -96,6 +96,6 @@ def run(console: Console | None = None, dsn: str | None = None) -> int:
                       "(row-level security in PostgreSQL, not a filter in this program).")
         stats = concierge.stats()[0]
         console.print(f"\n{USER!r}: {stats.memories} memories from {stats.agents} agents. "
-                      "Inspect them in psql:  psql \"$(pgmem server url)\"  then "
+                      "Inspect them in psql:  pgmem server psql  then "
                       f"SET ROLE pgmem_gateway; SET pgmem.user_id = '{USER}'; SELECT * FROM pgmem.memories_view;")
         return 0 if total == 0 else 1
