@@ -340,7 +340,13 @@ def test_gateway_identity_does_not_leak_across_pooled_transactions(admin, login_
 # The catalogue: RLS enabled and forced, no bypass, no DDL for runtime roles, definer functions pinned
 # --------------------------------------------------------------------------------------------------------
 def test_rls_is_enabled_and_forced_and_roles_are_unprivileged(admin):
-    for table in ["memories", "history"]:
+    # Every table that holds user data (has a user_id column), not a fixed list: a new table cannot slip by.
+    user_tables = [r[0] for r in admin.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'user_id' AND NOT a.attisdropped"
+        " WHERE n.nspname = 'pgmem' AND c.relkind = 'r' AND c.relname <> 'role_bindings' ORDER BY 1").fetchall()]
+    assert {"memories", "history", "memory_vectors"} <= set(user_tables), user_tables
+    for table in user_tables:
         assert admin.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class"
                              " WHERE oid = %s::regclass", [f"pgmem.{table}"]).fetchone() == (True, True), table
         policies = admin.execute("SELECT qual, with_check FROM pg_policies WHERE schemaname = 'pgmem' AND tablename = %s",
