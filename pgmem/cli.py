@@ -795,6 +795,49 @@ def import_(ctx: typer.Context,
         raise typer.Exit(1)
 
 
+# --------------------------------------------------------------------------------------------------------
+# Agent hosts: MCP server and plugin shims (docs/integrations.md)
+# --------------------------------------------------------------------------------------------------------
+@app.command("mcp")
+def mcp_(ctx: typer.Context,
+         transport: Annotated[str, typer.Option(
+             "--transport", help="stdio (for a client that starts the server) or streamable-http.")] = "stdio",
+         port: Annotated[int, typer.Option("--port", min=1, max=65535,
+                                           help="Port of --transport streamable-http (bound to 127.0.0.1).")] = 8765,
+         dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
+         role: RoleOpt = None) -> None:
+    """A Model Context Protocol server (tools: remember, recall, edit, forget, history, list) bound to one
+    user from --user / PGMEM_USER; no tool argument can change it. Needs the mcp extra of pgmem."""
+    from . import mcp_server
+
+    o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role)
+    if not o.user:
+        raise IdentityError("no pgmem user given", hint="pass --user NAME or set PGMEM_USER")
+    mcp_server.serve(o.dsn, user=o.user, agent=o.agent, space=o.space,
+                     role=o.role if o.role is not None else ..., transport=transport, port=port)
+
+
+@app.command("install-plugin")
+def install_plugin(ctx: typer.Context,
+                   host: Annotated[str, typer.Argument(help="The agent host: hermes.")],
+                   home: Annotated[Optional[Path], typer.Option(
+                       "--home", help="The host's home directory. Default: $HERMES_HOME, else ~/.hermes.",
+                       show_default=False, file_okay=False)] = None,
+                   uninstall: Annotated[bool, typer.Option("--uninstall", help="Remove the shim instead.")] = False,
+                   activate: Annotated[bool, typer.Option(
+                       "--activate", help="Also make pgmem the host's memory provider (hermes: memory.provider).")
+                   ] = False,
+                   as_json: JsonOpt = False) -> None:
+    """Write a small shim package into the host's plugin directory that imports this pip-installed pgmem
+    (no copied code; upgrading is `pip install -U pgmem` and a restart). A previous install is kept as a
+    hidden backup; the import is verified in a fresh interpreter."""
+    from .integrations import install
+
+    o = options(ctx, as_json=as_json)
+    result = install.uninstall(host, home) if uninstall else install.install(host, home, activate=activate)
+    emit(o, result, lambda: typer.echo(result["message"]))
+
+
 def main() -> None:
     """Entry point of the ``pgmem`` console script."""
     # The model's loading progress bars and notices are noise at a terminal (and in scripts reading stderr).

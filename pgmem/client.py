@@ -503,7 +503,11 @@ class Memory:
         if content is not None:
             v.check_content(content)
             if embedding is None:
-                vec, model, kinds, extra_vecs = self._embed_with_sentences(content, meta, conn)
+                spoken = meta  # the speaker that names the sentences: the stored metadata, merged as SQL will
+                if self.contextual and not (replace_metadata and meta is not None):
+                    current = self.get(id, conn=conn)
+                    spoken = {**(current.metadata if current else {}), **(meta or {})}
+                vec, model, kinds, extra_vecs = self._embed_with_sentences(content, spoken, conn)
         if embedding is not None:
             vec, _ = self._vector(embedding, conn)
         rows = self._rows("update", {"id": id, "content": content, "embedding": vec,

