@@ -47,7 +47,7 @@ def run(console: Console | None = None, dsn: str | None = None) -> int:
 
     console = console or Console()
     console.rule("[bold]pgmem demo: shared memory for a fleet of agents")
-    with Memory(dsn) as base:
+    with Memory(dsn, role="pgmem_gateway") as base:  # a gateway acts for several users; RLS applies to it
         where = base.dsn.split("?host=")[-1] if base.dsn else "your pool"
         console.print(f"Database: [cyan]{where}[/] (embedded PostgreSQL + pgvector unless PGMEM_DSN is set)")
         console.print(f"Embedding model: [cyan]{base.embedder.model_name}[/] ({base.embedder.dims} dims), "

@@ -104,16 +104,20 @@ _MONTHS = {m: i for i, m in enumerate(["january", "february", "march", "april", 
 
 
 def parse_locomo_date(text: str) -> datetime | None:
-    """``"1:56 pm on 8 May, 2023"`` -> 2023-05-08 13:56 UTC; None when the text has another shape."""
-    m = _LOCOMO_DATE.match(text or "")
+    """``"1:56 pm on 8 May, 2023"`` -> 2023-05-08 13:56 UTC; None when the text has another shape or is no
+    real time (hour outside 1..12, 31 February)."""
+    m = _LOCOMO_DATE.match(text) if isinstance(text, str) else None
     if not m:
         return None
     hour, minute, ampm, day, month, year = m.groups()
     mon = _MONTHS.get(month.lower())
-    if mon is None:
+    if mon is None or not 1 <= int(hour) <= 12:
         return None
     h = int(hour) % 12 + (12 if ampm.lower() == "pm" else 0)
-    return datetime(int(year), mon, int(day), h, int(minute), tzinfo=timezone.utc)
+    try:
+        return datetime(int(year), mon, int(day), h, int(minute), tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
 def locomo_turn_text(turn: dict) -> str:
@@ -138,6 +142,9 @@ def read_locomo(path: Path, agent_id: str | None = "locomo-import") -> Iterator[
             date_text = conv.get(f"{sess}_date_time") or ""
             when = parse_locomo_date(date_text)
             for i, turn in enumerate(conv.get(sess) or []):
+                if not isinstance(turn, dict):
+                    yield Failure(f"{user} {sess}[{i}]", "a turn must be a JSON object")
+                    continue
                 where = f"{user} {turn.get('dia_id', f'{sess}[{i}]')}"
                 try:
                     meta = {"speaker": turn.get("speaker"), "dia_id": turn.get("dia_id"), "turn": i,

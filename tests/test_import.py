@@ -1,0 +1,268 @@
+"""Bulk import (pgmem.importer, ``pgmem import``): JSONL and LoCoMo-shaped files written here, the summary
+counts, failures named by line (or dia_id) with reasons, timestamps, duplicates on re-import, the context
+vectors of imported conversations, and the command line run in-process.
+
+The LoCoMo-shaped file below only has the shape of the LoCoMo dataset (Maharana et al., ACL 2024); its
+people and turns were invented for this test.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from pgmem import importer
+from pgmem.cli import app
+
+UTC = timezone.utc
+runner = CliRunner()
+
+
+def write_jsonl(path: Path, lines: list[object]) -> Path:
+    """One line per item: a dict is dumped as JSON, a str is written as it is (bad lines, blank lines)."""
+    path.write_text("\n".join(item if isinstance(item, str) else json.dumps(item) for item in lines) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+JSONL_LINES: list[object] = [
+    {"user": "alice", "content": "Alice likes green tea.", "agent": "planner", "session": "s1",
+     "metadata": {"topic": "tea", "n": 1}, "timestamp": "2024-03-01T10:00:00+02:00"},  # 1
+    {"user_id": "alice", "content": "Alice walks at dawn.", "agent_id": "coach", "session_id": "s1",
+     "timestamp": "2024-03-02T07:30:00"},  # 2: no zone, read as UTC
+    "",  # 3: blank, skipped
+    {"user": "alice", "content": "Alice likes green tea.", "agent": "planner", "session": "s1"},  # 4: duplicate of 1
+    '{"user": "alice", "content": "broken',  # 5: not JSON
+    {"user": "alice", "content": "o\u0000er credits"},  # 6: NUL in content
+    {"content": "A memory that names no user."},  # 7: no user
+    {"user": "bob", "content": "Bob's note.", "timestamp": "yesterday"},  # 8: bad timestamp
+    {"user": "bob", "content": "Bob likes chess.", "timestamp": "2024-03-03T12:00:00Z"},  # 9
+    "[1, 2]",  # 10: JSON, but not an object
+    {"user": "alice", "content": "Metadata must be an object.", "metadata": ["x"]},  # 11
+    {"user": "bob", "content": "Alice likes green tea."},  # 12: same text, another user: not a duplicate
+]
+BAD_LINES = {5: "not JSON", 6: "NUL", 7: "no user", 8: "ISO 8601", 10: "JSON object", 11: "metadata"}
+
+
+def failures(summary) -> dict[int, str]:
+    out = {}
+    for f in summary.failures:
+        assert f.where.startswith("line "), f
+        out[int(f.where.split()[1])] = f.reason
+    return out
+
+
+@pytest.mark.parametrize("batch_size", [1, 256])
+def test_jsonl_counts_failures_timestamps_and_fields(make_memory, tmp_path, batch_size):
+    path = write_jsonl(tmp_path / "memories.jsonl", JSONL_LINES)
+    gateway = make_memory(None)
+
+    summary = importer.import_file(gateway, path, batch_size=batch_size)
+    assert (summary.rows, summary.added, summary.duplicates) == (11, 4, 1)  # 12 lines, one blank
+    reasons = failures(summary)
+    assert set(reasons) == set(BAD_LINES)
+    for line, word in BAD_LINES.items():
+        assert word in reasons[line], (line, reasons[line])
+    assert summary.seconds > 0 and summary.rows_per_second > 0
+
+    alice = {r.content: r for r in gateway.with_identity(user_id="alice").list(limit=100).items}
+    bob = {r.content: r for r in gateway.with_identity(user_id="bob").list(limit=100).items}
+    assert set(alice) == {"Alice likes green tea.", "Alice walks at dawn."}
+    assert set(bob) == {"Bob likes chess.", "Alice likes green tea."}
+    tea, walk = alice["Alice likes green tea."], alice["Alice walks at dawn."]
+    assert (tea.agent_id, tea.session_id, tea.metadata) == ("planner", "s1", {"topic": "tea", "n": 1})
+    assert tea.created_at == datetime(2024, 3, 1, 8, 0, tzinfo=UTC)
+    assert (walk.agent_id, walk.session_id, walk.metadata) == ("coach", "s1", {})
+    assert walk.created_at == datetime(2024, 3, 2, 7, 30, tzinfo=UTC)
+    assert bob["Bob likes chess."].created_at == datetime(2024, 3, 3, 12, 0, tzinfo=UTC)
+    assert bob["Bob likes chess."].agent_id is None and bob["Bob likes chess."].session_id is None
+
+    # Again with a default user: the line without a user now goes to carol; the rest are duplicates.
+    again = importer.import_file(gateway, path, default_user="carol", batch_size=batch_size)
+    assert (again.rows, again.added, again.duplicates) == (11, 1, 5)
+    assert set(failures(again)) == set(BAD_LINES) - {7}
+    carol = gateway.with_identity(user_id="carol").list().items
+    assert [r.content for r in carol] == ["A memory that names no user."]
+    assert len(gateway.with_identity(user_id="alice").list().items) == 2
+
+
+# --------------------------------------------------------------------------------------------------------
+# LoCoMo
+# --------------------------------------------------------------------------------------------------------
+def turn(speaker: str, dia_id: str, text: str, **extra) -> dict:
+    return {"speaker": speaker, "dia_id": dia_id, "text": text, **extra}
+
+
+LOCOMO = [
+    {"sample_id": "conv-x1",
+     "conversation": {
+         "speaker_a": "Iris", "speaker_b": "Tomas",
+         "session_1_date_time": "1:56 pm on 8 May, 2023",
+         "session_1": [
+             turn("Iris", "D1:1", "I started pottery classes last week."),
+             turn("Tomas", "D1:2", "That sounds fun! What did you make?"),
+             turn("Iris", "D1:3", "A lopsided bowl. Look at it!", img_url=["https://example.invalid/bowl.jpg"],
+                  blip_caption="a photo of a clay bowl on a wooden table"),
+         ],
+         "session_2_date_time": "10:05 am on 17 June, 2023",
+         "session_2": [
+             turn("Tomas", "D2:1", "How is the pottery going?"),
+             turn("Iris", "D2:2", "Better, I glazed a mug in blue."),
+             turn("Tomas", "D2:3", "A broken \u0000 turn."),  # cannot be stored: reported, not dropped silently
+         ]},
+     "qa": [{"question": "What did Iris make first?", "answer": "a bowl", "evidence": ["D1:3"], "category": 1}],
+     "event_summary": {}, "observation": {}, "session_summary": {}},
+    {"sample_id": "conv-x2",
+     "conversation": {
+         "speaker_a": "Noor", "speaker_b": "Pavel",
+         "session_1_date_time": "12:30 am on 1 January, 2024",
+         "session_1": [
+             turn("Noor", "D1:1", "Happy new year! The fireworks were loud."),
+             turn("Pavel", "D1:2", "My dog hid under the bed all night."),
+         ],
+         "session_2_date_time": "12:05 pm on 29 February, 2024",
+         "session_2": [
+             turn("Noor", "D2:1", "A leap day hike sounds good to me."),
+             turn("Pavel", "D2:2", "Count me in, I will bring snacks."),
+             turn("Noor", "D2:3", "Great, see you at the trailhead."),
+         ]}},
+]
+STORED = {"conv-x1": 5, "conv-x2": 5}  # turns that can be stored, per user
+SESSIONS = {"conv-x1": 2, "conv-x2": 2}
+
+
+def context_vectors(admin, user: str) -> list[tuple[str, np.ndarray]]:
+    """(content, context vector) of each memory of ``user`` that has one."""
+    rows = admin.execute("SELECT m.content, v.embedding::real[] FROM pgmem.memory_vectors v"
+                         " JOIN pgmem.memories m ON m.user_id = v.user_id AND m.id = v.memory_id"
+                         " WHERE v.user_id = %s AND v.kind = 'context'", [user]).fetchall()
+    return [(c, np.asarray(e, dtype=np.float32)) for c, e in rows]
+
+
+def test_locomo_one_memory_per_turn_with_context_and_idempotent(make_memory, admin, embedder, tmp_path):
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(LOCOMO), encoding="utf-8")
+    assert importer.detect_format(path) == "locomo"
+    assert importer.count_records(path) == 11
+    gateway = make_memory(None)
+
+    summary = importer.import_file(gateway, path)
+    assert (summary.rows, summary.added, summary.duplicates) == (11, 10, 0)
+    assert [(f.where, "NUL" in f.reason) for f in summary.failures] == [("conv-x1 D2:3", True)]
+
+    x1 = {r.metadata["dia_id"]: r for r in gateway.with_identity(user_id="conv-x1").list(limit=100).items}
+    x2 = {r.metadata["dia_id"]: r for r in gateway.with_identity(user_id="conv-x2").list(limit=100).items}
+    assert set(x1) == {"D1:1", "D1:2", "D1:3", "D2:1", "D2:2"}
+    assert set(x2) == {"D1:1", "D1:2", "D2:1", "D2:2", "D2:3"}
+    first = x1["D1:1"]
+    assert first.content == "Iris: I started pottery classes last week."
+    assert first.session_id == "session_1" and first.agent_id == "locomo-import"
+    assert first.metadata == {"speaker": "Iris", "dia_id": "D1:1", "turn": 0, "session_date": "1:56 pm on 8 May, 2023"}
+    assert first.created_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert x1["D1:3"].content == ("Iris: A lopsided bowl. Look at it! "
+                                  "[shares a photo: a photo of a clay bowl on a wooden table]")
+    assert x1["D1:3"].metadata["turn"] == 2
+    assert x1["D2:2"].session_id == "session_2" and x1["D2:2"].created_at == datetime(2023, 6, 17, 10, 5, tzinfo=UTC)
+    assert x2["D1:2"].created_at == datetime(2024, 1, 1, 0, 30, tzinfo=UTC)  # 12:30 am
+    assert x2["D2:3"].created_at == datetime(2024, 2, 29, 12, 5, tzinfo=UTC)  # 12:05 pm
+    assert x2["D2:3"].metadata["turn"] == 2 and x2["D2:3"].content == "Noor: Great, see you at the trailhead."
+
+    # One context vector per turn that follows another turn of its session, of the previous turn + this one.
+    for user in STORED:
+        assert len(context_vectors(admin, user)) == STORED[user] - SESSIONS[user]
+    ctx = dict(context_vectors(admin, "conv-x1"))
+    expected = embedder.embed(["Iris: I started pottery classes last week.\nTomas: That sounds fun! What did you make?"])[0]
+    assert np.allclose(ctx[x1["D1:2"].content], expected, atol=1e-6)
+    assert x1["D2:1"].content not in ctx and x2["D1:1"].content not in ctx  # first turns of their sessions
+    assert np.allclose(dict(context_vectors(admin, "conv-x2"))[x2["D2:2"].content], embedder.embed(
+        ["Noor: A leap day hike sounds good to me.\nPavel: Count me in, I will bring snacks."])[0], atol=1e-6)
+    vectors_before = admin.execute("SELECT count(*) FROM pgmem.memory_vectors").fetchone()[0]
+
+    again = importer.import_file(gateway, path)
+    assert (again.rows, again.added, again.duplicates) == (11, 0, 10)
+    assert [f.where for f in again.failures] == ["conv-x1 D2:3"]
+    assert admin.execute("SELECT count(*) FROM pgmem.memories").fetchone()[0] == 10
+    assert admin.execute("SELECT count(*) FROM pgmem.memory_vectors").fetchone()[0] == vectors_before
+
+
+def test_locomo_turns_that_are_not_objects_are_reported(make_memory, tmp_path):
+    data = [{"sample_id": "conv-y", "conversation": {
+        "session_1_date_time": "not a date",
+        "session_1": [turn("Ada", "D1:1", "A fine turn."), "just a string", turn("Bo", "D1:3", "Another fine turn.")]}}]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    gateway = make_memory(None)
+    summary = importer.import_file(gateway, path)
+    assert (summary.rows, summary.added) == (3, 2)
+    assert [f.where for f in summary.failures] == ["conv-y session_1[1]"]
+    items = gateway.with_identity(user_id="conv-y").list().items
+    assert [r.metadata["session_date"] for r in items] == ["not a date"] * 2  # kept as text; created_at is now
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
+    ("12:00 am on 1 January, 2024", datetime(2024, 1, 1, 0, 0, tzinfo=UTC)),
+    ("12:30 pm on 1 January, 2024", datetime(2024, 1, 1, 12, 30, tzinfo=UTC)),
+    ("  9:05 AM on 17 June 2023 ", datetime(2023, 6, 17, 9, 5, tzinfo=UTC)),
+    ("", None), (None, None), (123, None), ("8 May, 2023", None), ("1:56 pm", None),
+    ("1:56 pm on 8 Mayo, 2023", None), ("1:56 pm on 8 Sept, 2023", None),
+    ("1:56 pm on 31 February, 2023", None), ("1:56 pm on 29 February, 2023", None), ("1:61 pm on 8 May, 2023", None),
+    ("13:56 pm on 8 May, 2023", None), ("0:30 am on 8 May, 2023", None), ("1:56 on 8 May, 2023", None),
+    ("1:56 pm on 8 May, 2023 extra", None),
+])
+def test_parse_locomo_date(text, expected):
+    assert importer.parse_locomo_date(text) == expected
+
+
+# --------------------------------------------------------------------------------------------------------
+# The command line, in-process, with the default embedder (MiniLM)
+# --------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def cli(dsn, monkeypatch):
+    for name in ("PGMEM_DSN", "PGMEM_USER", "PGMEM_AGENT", "PGMEM_SPACE", "PGMEM_ROLE"):
+        monkeypatch.delenv(name, raising=False)
+
+    def run(*args: str):
+        return runner.invoke(app, ["import", *args, "--dsn", dsn, "--role", "pgmem_gateway"])
+
+    return run
+
+
+def test_cli_import_clean_file_then_bad_lines(cli, tmp_path, make_memory):
+    clean = write_jsonl(tmp_path / "clean.jsonl", [
+        {"user": "alice", "content": "Alice likes green tea.", "timestamp": "2024-03-01T10:00:00Z"},
+        {"user": "bob", "content": "Bob plays chess on Sundays."},
+        {"content": "Carol's line names no user."},
+    ])
+    result = cli(str(clean), "--json", "--user", "carol")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"rows", "added", "duplicates", "failures", "seconds", "rows_per_second"}
+    assert (doc["rows"], doc["added"], doc["duplicates"], doc["failures"]) == (3, 3, 0, [])
+    assert doc["seconds"] > 0 and doc["rows_per_second"] > 0
+
+    bad = write_jsonl(tmp_path / "bad.jsonl", [
+        {"user": "alice", "content": "Alice likes green tea."},  # a duplicate now
+        "not json at all",
+        {"user": "alice", "content": "Alice also likes oolong."},
+        {"content": "no user and no default"},
+    ])
+    result = cli(str(bad), "--json")
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    doc = json.loads(result.stdout)
+    assert (doc["rows"], doc["added"], doc["duplicates"]) == (4, 1, 1)
+    assert [f["where"] for f in doc["failures"]] == ["line 2", "line 4"]
+    assert "not JSON" in doc["failures"][0]["reason"] and "no user" in doc["failures"][1]["reason"]
+
+    result = cli(str(bad))  # readable: the summary and each failure with its reason
+    assert result.exit_code == 1
+    assert "4 rows in" in result.stdout and "0 added, 2 duplicates skipped, 2 failed" in result.stdout
+    assert "failed line 2: not JSON" in result.stdout and "failed line 4: no user" in result.stdout
+
+    found = make_memory("alice", embedder=None, space="default").search("oolong tea", k=5, mode="text")
+    assert [r.content for r in found][:1] == ["Alice also likes oolong."]
