@@ -78,7 +78,7 @@ def run(console: Console | None = None, dsn: str | None = None) -> int:
                 table.add_row(f"{hit.score:.3f}", hit.agent_id or "", hit.content)
             console.print(table)
 
-        console.print(f"\n[bold]3. A literal edit, and its history[/]")
+        console.print("\n[bold]3. A literal edit, and its history[/]")
         flight = concierge.list(contains="3 March").items[0]
         edited = concierge.edit(flight.id, "3 March", "5 March")
         console.print(f"  now: {edited.content}")

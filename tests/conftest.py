@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
+from pgvector.psycopg import register_vector
 from pytest_postgresql import factories
 
 from pgmem import Memory, migrations, server
@@ -100,3 +102,28 @@ def login_role(admin: psycopg.Connection):
     for name in created:
         admin.execute(f'DROP OWNED BY "{name}"')
         admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+
+
+# --------------------------------------------------------------------------------------------------------
+# Helpers for tests that call the SQL API directly (import them: from conftest import acting, run, connect)
+# --------------------------------------------------------------------------------------------------------
+@contextmanager
+def connect(admin: psycopg.Connection, role: str, **kw) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to the test database as login ``role`` (vector types registered)."""
+    with psycopg.connect(dsn_for(admin.info.dbname, user=role), autocommit=True, **kw) as conn:
+        register_vector(conn)
+        yield conn
+
+
+@contextmanager
+def acting(conn: psycopg.Connection, user_id: str = "alice") -> Iterator[psycopg.Connection]:
+    """One transaction acting for ``user_id`` (pgmem.act_as is transaction-local)."""
+    with conn.transaction():
+        conn.execute("SELECT pgmem.act_as(%s)", [user_id])
+        yield conn
+
+
+def run(conn: psycopg.Connection, sql: str, params=(), user_id: str = "alice") -> list[tuple]:
+    """Run one statement acting for ``user_id``; all rows."""
+    with acting(conn, user_id):
+        return conn.execute(sql, params).fetchall()

@@ -7,13 +7,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
-from conftest import dsn_for
-from pgvector.psycopg import register_vector
+from conftest import acting, connect, run
 from psycopg.types.json import Jsonb
 
 from pgmem import InvalidFilter, ScopeRequired, ValidationError
@@ -49,25 +47,6 @@ def gw(admin: psycopg.Connection, gateway_role: str) -> Iterator[psycopg.Connect
     admin.execute("SELECT pgmem.create_space('t64', %s, 64)", [EMB.model_name])
     with connect(admin, gateway_role) as conn:
         yield conn
-
-
-@contextmanager
-def connect(admin: psycopg.Connection, role: str, **kw) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(dsn_for(admin.info.dbname, user=role), autocommit=True, **kw) as conn:
-        register_vector(conn)
-        yield conn
-
-
-@contextmanager
-def acting(conn: psycopg.Connection, user_id: str = "alice") -> Iterator[psycopg.Connection]:
-    with conn.transaction():
-        conn.execute("SELECT pgmem.act_as(%s)", [user_id])
-        yield conn
-
-
-def run(conn: psycopg.Connection, sql: str, params=(), user_id: str = "alice") -> list[tuple]:
-    with acting(conn, user_id):
-        return conn.execute(sql, params).fetchall()
 
 
 def sql_error(conn: psycopg.Connection, sql: str, params=(), user_id: str = "alice") -> psycopg.Error:

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import psycopg
 import pytest
-from conftest import dsn_for
+from conftest import acting, dsn_for
 from pgvector.psycopg import register_vector
 
 from pgmem import AmbiguousEdit, NeedleNotFound, ValidationError
@@ -43,14 +42,6 @@ def gw(admin: psycopg.Connection, login_role) -> Iterator[psycopg.Connection]:
     role = login_role("pgmem_gateway")
     with psycopg.connect(dsn_for(admin.info.dbname, user=role), autocommit=True) as conn:
         register_vector(conn)
-        yield conn
-
-
-@contextmanager
-def acting(conn: psycopg.Connection, user_id: str) -> Iterator[psycopg.Connection]:
-    """One transaction acting for ``user_id`` (pgmem.act_as is transaction-local)."""
-    with conn.transaction():
-        conn.execute("SELECT pgmem.act_as(%s)", [user_id])
         yield conn
 
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 import psycopg
 import pytest
-from conftest import dsn_for
+from conftest import dsn_for, run
 from pgvector.psycopg import register_vector
 
 from pgmem import DimensionMismatch, EmbedderError, ValidationError
@@ -49,18 +49,6 @@ def gw(admin: psycopg.Connection, login_role) -> Iterator[psycopg.Connection]:
     with psycopg.connect(dsn_for(admin.info.dbname, user=role), autocommit=True) as conn:
         register_vector(conn)
         yield conn
-
-
-@contextmanager
-def acting(conn: psycopg.Connection, user_id: str = "alice") -> Iterator[psycopg.Connection]:
-    with conn.transaction():
-        conn.execute("SELECT pgmem.act_as(%s)", [user_id])
-        yield conn
-
-
-def run(conn: psycopg.Connection, sql: str, params=(), user_id: str = "alice") -> list[tuple]:
-    with acting(conn, user_id):
-        return conn.execute(sql, params).fetchall()
 
 
 def sql_error(conn: psycopg.Connection, sql: str, params=()) -> psycopg.Error:

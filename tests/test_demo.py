@@ -7,7 +7,6 @@ import io
 import re
 
 import psycopg
-import pytest
 from rich.console import Console
 
 from pgmem import demo

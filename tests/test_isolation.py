@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import psycopg
 import pytest
-from conftest import dsn_for
-from pgvector.psycopg import register_vector
+from conftest import connect, dsn_for
 
 from pgmem import IdentityError, NotFound, PermissionDenied, PgmemError
 from pgmem.testing import HashEmbedder
@@ -34,13 +32,6 @@ def snapshot(admin: psycopg.Connection, user_id: str) -> tuple[list, list]:
                          " expires_at, version FROM pgmem.memories WHERE user_id = %s ORDER BY id", [user_id]).fetchall()
     hist = admin.execute("SELECT * FROM pgmem.history WHERE user_id = %s ORDER BY event_id", [user_id]).fetchall()
     return mems, hist
-
-
-@contextmanager
-def connect(admin: psycopg.Connection, role: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(dsn_for(admin.info.dbname, user=role), autocommit=True) as conn:
-        register_vector(conn)
-        yield conn
 
 
 def sql_error(conn: psycopg.Connection, sql: str, params=(), act_as: str | None = None) -> psycopg.Error:

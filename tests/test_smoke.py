@@ -1,4 +1,3 @@
-from pgmem import Memory
 
 
 def test_two_agents_share_and_other_user_sees_nothing(make_memory):
