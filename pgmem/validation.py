@@ -126,7 +126,8 @@ def check_vector(value: Any, dims: int, *, field: str = "embedding", index: int 
     (the space and model).
     """
     try:
-        arr = np.asarray(value, dtype=np.float32)
+        with np.errstate(over="ignore"):  # values beyond float32 become inf, refused just below
+            arr = np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError):
         raise ValidationError(f"{field} must be a sequence of numbers", field=field, index=index) from None
     if arr.ndim != 1:
