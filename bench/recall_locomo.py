@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import json
 import re
 import sys
@@ -194,22 +193,6 @@ def fresh_database(dsn: str | None) -> str:
     return bench
 
 
-def search_modes() -> tuple[str, ...]:
-    """The modes ``Memory.search`` offers: all three when it takes ``mode``, else dense only."""
-    from pgmem import Memory
-
-    if "mode" in inspect.signature(Memory.search).parameters:
-        return MODES
-    print("note: Memory.search has no mode= parameter in this pgmem; measuring dense search only", file=sys.stderr)
-    return ("vector",)
-
-
-def run_search(client, question: str, mode: str, modes: tuple[str, ...]):
-    if modes == ("vector",):  # pgmem without search modes
-        return client.search(question, k=K)
-    return client.search(question, k=K, mode=mode)
-
-
 # --------------------------------------------------------------------------------------------------------
 # Reporting
 # --------------------------------------------------------------------------------------------------------
@@ -266,7 +249,7 @@ def write_chart(path: Path, results: dict[str, dict], title: str) -> None:
     for i, (key, label) in enumerate(metrics):
         vals = [results[m][key] for m in modes]
         bars = ax.bar(x + (i - 1) * width, vals, width, label=label)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
+        ax.bar_label(bars, fmt="%.3f", fontsize=6.5, padding=1)
     for j, mode in enumerate(modes):
         name, _, r10 = BASELINE[mode]
         ax.hlines(r10, x[j] - 1.5 * width, x[j] + 1.5 * width, colors="black", linestyles="dashed", linewidth=1.2,
@@ -312,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]no such file: {args.data}[/red]")
         return 2
     users, questions = load(args.data, args.limit_conversations)
-    modes = search_modes()
+    modes = MODES
 
     dsn = fresh_database(args.dsn)
     migrations.migrate(dsn)
@@ -353,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # 3. questions
         clients = {u: memory.with_identity(user_id=u) for u in users}
         for mode in modes:  # warm-up (model, connections, plans): not measured
-            run_search(clients[users[0]], "warm-up question", mode, modes)
+            clients[users[0]].search("warm-up question", k=K, mode=mode)
         scores = {mode: Scores() for mode in modes}
         unmapped = 0
         with bar("searching") as progress:
@@ -362,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for mode in modes:
                     embedder.seconds = 0.0
                     t0 = time.perf_counter()
-                    recs = run_search(clients[q.user], q.text, mode, modes)
+                    recs = clients[q.user].search(q.text, k=K, mode=mode)
                     wall = time.perf_counter() - t0
                     ranked = [(r.metadata or {}).get("dia_id") for r in recs]
                     unmapped += sum(x is None for x in ranked)
