@@ -1,9 +1,10 @@
 """pgmem: shared, durable memory for fleets of AI agents, on PostgreSQL and pgvector.
 
 The API lives in SQL (schema ``pgmem``); this package is a thin psycopg 3 wrapper over it. Start with
-:class:`Memory`.
+:class:`Memory` (``AsyncMemory`` for asyncio; ``Memory.writer()`` for a background writer).
 """
 
+from .aio import AsyncMemory
 from .client import AddResult, HistoryEvent, Memory, MemoryRecord, Page, Space, SpaceStats
 from .embedders import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder
 from .errors import (
@@ -26,13 +27,15 @@ from .errors import (
     ValidationError,
     VersionConflict,
 )
+from .writer import BackgroundWriter, QueueFull, WriterClosed, WriterReport
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AddResult", "AmbiguousEdit", "DatabaseError", "DatabaseUnavailable", "DimensionMismatch", "DuplicateMemory",
+    "AddResult", "AmbiguousEdit", "AsyncMemory", "BackgroundWriter", "DatabaseError", "DatabaseUnavailable",
+    "DimensionMismatch", "DuplicateMemory",
     "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
     "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
-    "ValidationError", "VersionConflict", "default_embedder",
+    "QueueFull", "ValidationError", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder",
 ]

@@ -150,14 +150,18 @@ def resolve_dsn(dsn: str | None) -> tuple[str, bool]:
 _registered: weakref.WeakSet = weakref.WeakSet()
 
 
+def _vector_missing() -> SchemaError:
+    return SchemaError("the vector extension is missing in this database",
+                       hint="run `pgmem migrate` (a superuser may need to run CREATE EXTENSION vector)")
+
+
 def _register_vector(conn: psycopg.Connection) -> None:
     from pgvector.psycopg import register_vector
 
     try:
         register_vector(conn)
     except psycopg.ProgrammingError as exc:
-        raise SchemaError("the vector extension is missing in this database",
-                          hint="run `pgmem migrate` (a superuser may need to run CREATE EXTENSION vector)") from exc
+        raise _vector_missing() from exc
     _registered.add(conn)
 
 
@@ -197,7 +201,359 @@ def count_occurrences(haystack: str, needle: str) -> int:
     return count
 
 
-class Memory:
+ITEM_KEYS = frozenset({"content", "metadata", "agent_id", "session_id", "expires_at", "created_at", "embedding", "id"})
+
+
+def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
+    """One item of :meth:`Memory.add_many`, validated: a dict with every key of ``ITEM_KEYS`` (None when not
+    given; ``metadata`` ``{}``; ``id`` a UUID). The embedding is checked later, against the space's dims.
+    Raises ValidationError naming ``index``."""
+    if isinstance(item, str):
+        item = {"content": item}
+    elif not isinstance(item, Mapping):
+        raise ValidationError("must be a string or a mapping with 'content'", field="items", index=index)
+    unknown = set(item) - ITEM_KEYS
+    if unknown:
+        raise ValidationError(f"unknown keys {sorted(unknown)}", field="items", index=index)
+    client_id = item.get("id")
+    if client_id is not None and not isinstance(client_id, UUID):
+        try:
+            client_id = UUID(v.check_text(client_id, "id", index=index))
+        except ValueError:
+            raise ValidationError(f"id must be a UUID, got {client_id!r}", field="id", index=index) from None
+    return {
+        "content": v.check_content(item.get("content"), index=index),
+        "metadata": v.check_metadata(item.get("metadata"), index=index) or {},
+        "agent_id": v.check_id(item.get("agent_id"), "agent_id", index=index),
+        "session_id": v.check_id(item.get("session_id"), "session_id", index=index),
+        "expires_at": v.check_datetime(item.get("expires_at"), "expires_at", index=index),
+        "created_at": v.check_datetime(item.get("created_at"), "created_at", index=index),
+        "embedding": item.get("embedding"),
+        "id": client_id,
+    }
+
+
+def _params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of the named query ``name`` of queries.sql. It only returns ``params``: the name makes a
+    builder's dict checkable against the query's placeholders (tests/test_signatures.py)."""
+    return params
+
+
+class MemoryBase:
+    """What :class:`Memory` and :class:`pgmem.aio.AsyncMemory` share: identity, the embedder, and the checks
+    and query parameters of every method. Nothing here touches the database, so both clients validate and
+    build their statements with the very same code and differ only in how they run them."""
+
+    user_id: str | None
+    agent_id: str | None
+    space_name: str
+    contextual: bool
+    dsn: str | None
+    _space: Space | None
+
+    def _setup(self, user_id: str | None, agent_id: str | None, space: str, embedder: Embedder | None,
+               contextual: bool) -> None:
+        self.user_id = v.check_id(user_id, "user_id")
+        self.agent_id = v.check_id(agent_id, "agent_id")
+        self.space_name = space
+        self.contextual = contextual
+        self._embedder = embedder
+        self._space = None
+
+    def _safe_dsn(self) -> str:
+        return (self.dsn or "").split("@")[-1]
+
+    def with_identity(self, *, user_id: str | None = ..., agent_id: str | None = ...):
+        """A client sharing this one's pool and embedder, acting for another user and/or agent."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other._owns_pool = False
+        if user_id is not ...:
+            other.user_id = v.check_id(user_id, "user_id")
+        if agent_id is not ...:
+            other.agent_id = v.check_id(agent_id, "agent_id")
+        return other
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = default_embedder()
+        return self._embedder
+
+    # --- embedding (no database) ----------------------------------------------------------------------------
+    def _context(self, space: Space) -> str:
+        return f" (space {space.name!r}, model {space.model!r})"
+
+    def _embed_in(self, space: Space, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings of ``texts`` for ``space``, shape ``(len(texts), space.dims)`` float32, checked."""
+        emb = self.embedder
+        if emb.dims != space.dims:
+            raise DimensionMismatch(f"expected {space.dims} dimensions, got {emb.dims}{self._context(space)}; "
+                                    f"the embedder is {emb.model_name!r}", field="embedder")
+        if emb.model_name != space.model:
+            raise EmbeddingSpaceMismatch(f"space {space.name!r} holds embeddings of model {space.model!r}, "
+                                         f"not {emb.model_name!r}", field="embedder")
+        try:
+            out = emb.embed(list(texts))
+        except DimensionMismatch as exc:
+            raise DimensionMismatch(f"{exc.message}; space {space.name!r} is bound to model {space.model!r}",
+                                    field="embedding") from exc
+        except PgmemError:
+            raise
+        except Exception as exc:
+            raise EmbedderError(f"embedder {emb.model_name!r} failed: {exc}") from exc
+        out = np.asarray(out, dtype=np.float32)
+        if out.ndim != 2 or out.shape[0] != len(texts):
+            raise EmbedderError(f"embedder {emb.model_name!r} returned shape {out.shape} for {len(texts)} texts")
+        for i, row in enumerate(out):
+            try:
+                v.check_vector(row, space.dims, context=self._context(space), index=i if len(texts) > 1 else None)
+            except ValidationError as exc:
+                raise EmbedderError(f"embedder {emb.model_name!r} returned a bad vector: {exc}") from exc
+        return out
+
+    def _vector_in(self, space: Space, embedding: Any, index: int | None = None) -> np.ndarray:
+        return v.check_vector(embedding, space.dims, context=self._context(space), index=index)
+
+    def _sentences_in(self, space: Space, content: str, metadata: Mapping[str, Any] | None):
+        """Embedding, model, and sentence vectors of changed content (an edited memory keeps no context vector)."""
+        extras = extra_texts(content, metadata, None) if self.contextual else []
+        vecs = self._embed_in(space, [content] + [t for _, t in extras])
+        return vecs[0], space.model, [k for k, _ in extras], list(vecs[1:])
+
+    # --- checks and parameters, method by method -------------------------------------------------------------
+    def _create_space_params(self, name: str, model: str, dims: int, hnsw_m: int, hnsw_ef_construction: int,
+                             text_config: str) -> dict[str, Any]:
+        return _params("create_space", {"name": name, "model": model, "dims": dims, "distance": "cosine",
+                                        "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction,
+                                        "text_config": text_config})
+
+    def _tail_params(self, session_id: str) -> dict[str, Any]:
+        return _params("session_tail", {"space": self.space_name, "session_id": session_id, "n": 1})
+
+    def _add_args(self, content: Any, metadata: Any, agent_id: Any, session_id: Any, expires_at: Any,
+                  embedding: Any) -> dict[str, Any]:
+        v.check_content(content)
+        meta = v.check_metadata(metadata)
+        agent = v.check_id(agent_id, "agent_id") or self.agent_id
+        v.check_id(session_id, "session_id")
+        v.check_datetime(expires_at, "expires_at")
+        return {"content": content, "metadata": meta, "agent_id": agent, "session_id": session_id,
+                "expires_at": expires_at, "embedding": embedding,
+                # the session whose last memory is this one's context (contextual text writes only)
+                "context_of": session_id if embedding is None and self.contextual else None}
+
+    def _add_params(self, space: Space, a: dict[str, Any], previous: str | None) -> dict[str, Any]:
+        kinds: list[str] | None = None
+        extra_vecs: list | None = None
+        if a["embedding"] is None:
+            extras = extra_texts(a["content"], a["metadata"], previous) if self.contextual else []
+            vecs = self._embed_in(space, [a["content"]] + [t for _, t in extras])
+            vec, model = vecs[0], space.model
+            kinds, extra_vecs = [k for k, _ in extras], list(vecs[1:])
+        else:
+            vec, model = self._vector_in(space, a["embedding"]), None
+        return _params("add", {"space": space.name, "content": a["content"], "embedding": vec,
+                               "agent_id": a["agent_id"], "session_id": a["session_id"],
+                               "metadata": Jsonb(a["metadata"] or {}), "expires_at": a["expires_at"], "model": model,
+                               "vector_kinds": kinds, "vectors": extra_vecs})
+
+    def _add_many_items(self, items: Sequence[Any], agent_id: str | None, session_id: str | None) -> list[dict]:
+        v.check_batch_size(items)
+        norm: list[dict[str, Any]] = []
+        for i, item in enumerate(items):
+            it = check_item(item, i)
+            it["agent_id"] = it["agent_id"] or agent_id or self.agent_id
+            it["session_id"] = it["session_id"] or session_id
+            norm.append(it)
+        return norm
+
+    def _context_sessions(self, norm: list[dict]) -> list[str]:
+        """The sessions whose last stored memory is the context of this batch's first memory in them."""
+        if not self.contextual or all(it["embedding"] is not None for it in norm):
+            return []
+        return list(dict.fromkeys(it["session_id"] for it in norm if it["session_id"] is not None))
+
+    def _add_many_params(self, space: Space, norm: list[dict], previous: Mapping[str, str | None]) -> dict[str, Any]:
+        model = None
+        missing = [i for i, it in enumerate(norm) if it["embedding"] is None]
+        extras: list[tuple[int, str, str]] = []  # (item, kind, text)
+        if missing and self.contextual:
+            last: dict[str, str | None] = {}
+            for i, it in enumerate(norm):
+                sess = it["session_id"]
+                before = None
+                if sess is not None:
+                    before = last[sess] if sess in last else previous.get(sess)
+                    last[sess] = it["content"]
+                if it["embedding"] is None:
+                    extras += [(i, kind, text) for kind, text in extra_texts(it["content"], it["metadata"], before)]
+        vector_items = vector_kinds = extra_vecs = None
+        if missing:
+            vecs = self._embed_in(space, [norm[i]["content"] for i in missing] + [t for _, _, t in extras])
+            for i, vec in zip(missing, vecs):
+                norm[i]["embedding"] = vec
+            if len(missing) == len(norm):
+                model = space.model
+            if extras:
+                vector_items = [i for i, _, _ in extras]
+                vector_kinds = [k for _, k, _ in extras]
+                extra_vecs = list(vecs[len(missing):])
+        for i, it in enumerate(norm):
+            it["embedding"] = self._vector_in(space, it["embedding"], index=i)
+        return _params("add_batch", {
+            "space": space.name, "contents": [it["content"] for it in norm],
+            "embeddings": [it["embedding"] for it in norm], "agent_ids": [it["agent_id"] for it in norm],
+            "session_ids": [it["session_id"] for it in norm], "metadata": [Jsonb(it["metadata"]) for it in norm],
+            "expires_at": [it["expires_at"] for it in norm], "model": model,
+            "created_at": [it["created_at"] for it in norm], "vector_items": vector_items,
+            "vector_kinds": vector_kinds, "vectors": extra_vecs,
+            "ids": [it["id"] for it in norm] if any(it["id"] for it in norm) else None})
+
+    def _update_args(self, content: Any, metadata: Any, replace_metadata: bool, embedding: Any) -> dict[str, Any]:
+        meta = v.check_metadata(metadata)
+        if content is not None:
+            v.check_content(content)
+        reembed = content is not None and embedding is None
+        return {"metadata": meta,
+                # the speaker that names the sentences: the stored metadata, merged as SQL will
+                "needs_current": reembed and self.contextual and not (replace_metadata and meta is not None),
+                "needs_space": reembed or embedding is not None}
+
+    def _update_params(self, space: Space | None, u: dict[str, Any], id: Any, content: str | None,
+                       replace_metadata: bool, expected_version: int | None, embedding: Any,
+                       current: MemoryRecord | None) -> dict[str, Any]:
+        meta = u["metadata"]
+        vec = model = kinds = extra_vecs = None
+        if content is not None and embedding is None:
+            spoken = {**(current.metadata if current else {}), **(meta or {})} if u["needs_current"] else meta
+            vec, model, kinds, extra_vecs = self._sentences_in(space, content, spoken)
+        if embedding is not None:
+            vec = self._vector_in(space, embedding)
+        return _params("update", {"id": id, "content": content, "embedding": vec,
+                                  "metadata": Jsonb(meta) if meta is not None else None,
+                                  "replace_metadata": replace_metadata, "expected_version": expected_version,
+                                  "agent_id": self.agent_id, "model": model, "vector_kinds": kinds,
+                                  "vectors": extra_vecs})
+
+    def _edit_args(self, old: Any, new: Any) -> None:
+        v.check_text(old, "old")
+        v.check_text(new, "new")
+        if old == "":
+            raise ValidationError("the text to replace must not be empty", field="old")
+
+    def _edited(self, id: Any, current: MemoryRecord | None, old: str, new: str) -> str:
+        """The content of ``current`` with its single occurrence of ``old`` replaced by ``new``."""
+        if current is None:
+            raise NotFound(f"memory {id} not found")
+        n = count_occurrences(current.content, old)
+        if n == 0:
+            raise NeedleNotFound(f"the text to replace does not occur in memory {id}")
+        if n > 1:
+            raise AmbiguousEdit(f"the text to replace occurs {n} times in memory {id} (overlapping occurrences "
+                                "count); give a longer, unique text", count=n)
+        pos = current.content.find(old)
+        return v.check_content(current.content[:pos] + new + current.content[pos + len(old):])
+
+    def _edit_params(self, space: Space, id: Any, current: MemoryRecord, old: str, new: str, new_content: str,
+                     expected_version: int | None) -> dict[str, Any]:
+        vec, model, kinds, extra_vecs = self._sentences_in(space, new_content, current.metadata)
+        return _params("edit", {"id": id, "needle": old, "replacement": new, "embedding": vec,
+                                "expected_version": expected_version or current.version,
+                                "agent_id": self.agent_id, "model": model, "vector_kinds": kinds,
+                                "vectors": extra_vecs})
+
+    def _delete_params(self, id: Any) -> dict[str, Any]:
+        return _params("delete", {"id": id, "agent_id": self.agent_id})
+
+    def _delete_all_params(self, agent_id: Any, session_id: Any, filter: Any, all_spaces: bool,
+                           confirm: bool) -> dict[str, Any]:
+        v.check_id(agent_id, "agent_id")
+        v.check_id(session_id, "session_id")
+        flt = v.check_filter(filter)
+        return _params("delete_all", {
+            "space": None if all_spaces else self.space_name, "agent_id": agent_id, "session_id": session_id,
+            "filter": Jsonb(flt) if flt is not None else None, "confirm": confirm, "actor": self.agent_id})
+
+    def _list_params(self, agent_id: Any, session_id: Any, filter: Any, limit: int, cursor: str | None,
+                     created_after: Any, created_before: Any, contains: Any) -> dict[str, Any]:
+        v.check_id(agent_id, "agent_id")
+        v.check_id(session_id, "session_id")
+        if contains is not None:
+            v.check_text(contains, "contains")
+        v.check_datetime(created_after, "created_after")
+        v.check_datetime(created_before, "created_before")
+        flt = v.check_filter(filter)
+        after_ts, after_id = None, None
+        if cursor:
+            try:
+                ts, _, raw_id = cursor.partition("|")
+                after_ts, after_id = datetime.fromisoformat(ts), UUID(raw_id)
+            except ValueError:
+                raise ValidationError(f"not a pgmem cursor: {cursor!r}", field="cursor") from None
+        return _params("list", {"space": self.space_name, "agent_id": agent_id, "session_id": session_id,
+                                "filter": Jsonb(flt) if flt is not None else None, "limit": limit,
+                                "after_created_at": after_ts, "after_id": after_id,
+                                "created_after": created_after, "created_before": created_before,
+                                "contains": contains})
+
+    @staticmethod
+    def _page(rows: list[dict], limit: int) -> Page:
+        items = [_row(MemoryRecord, r) for r in rows]
+        nxt = f"{items[-1].created_at.isoformat()}|{items[-1].id}" if items and len(items) == limit else None
+        return Page(items, nxt)
+
+    def _search_args(self, query: Any, embedding: Any, k: Any, filter: Any, agent_id: Any, session_id: Any,
+                     min_similarity: Any, created_after: Any, created_before: Any, mode: Any) -> dict[str, Any]:
+        if mode is None:  # min_similarity is a cosine threshold, so it selects vector mode
+            mode = "hybrid" if query is not None and min_similarity is None else "vector"
+        if mode not in ("hybrid", "vector", "text"):
+            raise ValidationError(f"mode must be 'hybrid', 'vector' or 'text', got {mode!r}", field="mode")
+        v.check_k(k)
+        if mode == "vector":
+            if min_similarity is not None and not -1.0 <= float(min_similarity) <= 1.0:
+                raise ValidationError(f"min_similarity must be in [-1, 1], got {min_similarity}",
+                                      field="min_similarity")
+        elif min_similarity is not None:
+            raise ValidationError("min_similarity applies to mode='vector' only", field="min_similarity")
+        flt = v.check_filter(filter)
+        v.check_id(agent_id, "agent_id")
+        v.check_id(session_id, "session_id")
+        v.check_datetime(created_after, "created_after")
+        v.check_datetime(created_before, "created_before")
+        if mode == "vector" and (query is None) == (embedding is None):
+            raise ValidationError("give either a query text or an embedding", field="query")
+        if mode != "vector" and query is None:
+            raise ValidationError(f"mode={mode!r} needs a query text", field="query")
+        if query is not None:
+            v.check_query(query)
+        return {"mode": mode, "query": query, "embedding": embedding, "k": k, "agent_id": agent_id,
+                "session_id": session_id, "filter": Jsonb(flt) if flt is not None else None,
+                "min_similarity": min_similarity, "created_after": created_after, "created_before": created_before}
+
+    def _search_params(self, space: Space, s: dict[str, Any]) -> dict[str, Any]:
+        """Parameters of ``search`` (mode vector) or ``search_hybrid`` (hybrid, text); embeds the query text."""
+        vec = model = None
+        if s["mode"] != "text":
+            if s["embedding"] is None:
+                vec, model = self._embed_in(space, [s["query"]])[0], space.model
+            else:
+                vec = self._vector_in(space, s["embedding"])
+        if s["mode"] == "vector":
+            return _params("search", {"space": space.name, "embedding": vec, "k": s["k"], "agent_id": s["agent_id"],
+                                      "session_id": s["session_id"], "filter": s["filter"],
+                                      "min_similarity": s["min_similarity"], "model": model,
+                                      "created_after": s["created_after"], "created_before": s["created_before"]})
+        return _params("search_hybrid", {"space": space.name, "query": s["query"], "embedding": vec, "k": s["k"],
+                                         "agent_id": s["agent_id"], "session_id": s["session_id"],
+                                         "filter": s["filter"], "created_after": s["created_after"],
+                                         "created_before": s["created_before"], "model": model})
+
+    def _stats_params(self, all_spaces: bool) -> dict[str, Any]:
+        return _params("stats", {"space": None if all_spaces else self.space_name})
+
+
+class Memory(MemoryBase):
     """Shared memory for the agents of one user (tenant), stored in PostgreSQL.
 
     ``Memory(user_id="alice", agent_id="planner")`` connects to ``dsn``, else ``$PGMEM_DSN``, else the
@@ -209,18 +565,13 @@ class Memory:
 
     ``space`` is the embedding space (model + dims) memories live in; it is created for the embedder on
     first use when the role may create spaces. ``embedder`` defaults to all-MiniLM-L6-v2 (384 dims), loaded
-    on first use of a text method. Errors: :mod:`pgmem.errors`.
+    on first use of a text method. Errors: :mod:`pgmem.errors`. For asyncio: :class:`pgmem.aio.AsyncMemory`.
     """
 
     def __init__(self, dsn: str | None = None, *, user_id: str | None = None, agent_id: str | None = None,
                  space: str = DEFAULT_SPACE, embedder: Embedder | None = None, role: str | None | type = ...,
                  pool: Any = None, min_size: int = 1, max_size: int = 8, contextual: bool = True) -> None:
-        self.user_id = v.check_id(user_id, "user_id")
-        self.agent_id = v.check_id(agent_id, "agent_id")
-        self.space_name = space
-        self.contextual = contextual
-        self._embedder = embedder
-        self._space: Space | None = None
+        self._setup(user_id, agent_id, space, embedder, contextual)
         self._space_lock = threading.Lock()
         self._owns_pool = pool is None
         if pool is None:
@@ -247,9 +598,6 @@ class Memory:
             self.dsn = None
         self.pool = pool
 
-    def _safe_dsn(self) -> str:
-        return (self.dsn or "").split("@")[-1]
-
     def _check(self, conn: psycopg.Connection) -> None:
         """The pool's check before handing out a connection. On a broken one (server restarted, backend
         terminated) every idle connection is checked at once: psycopg_pool otherwise sleeps 1, 2, 4, ... s
@@ -271,18 +619,21 @@ class Memory:
     # --- identity and lifecycle ---------------------------------------------------------------------------
     def with_identity(self, *, user_id: str | None = ..., agent_id: str | None = ...) -> Memory:
         """A client sharing this one's pool and embedder, acting for another user and/or agent."""
-        other = object.__new__(Memory)
-        other.__dict__.update(self.__dict__)
-        other._owns_pool = False
-        if user_id is not ...:
-            other.user_id = v.check_id(user_id, "user_id")
-        if agent_id is not ...:
-            other.agent_id = v.check_id(agent_id, "agent_id")
-        return other
+        return super().with_identity(user_id=user_id, agent_id=agent_id)
+
+    def writer(self, **kw: Any):
+        """A :class:`pgmem.writer.BackgroundWriter` for this client: ``submit`` returns at once, a thread
+        stores the writes in batches, nothing accepted is lost (docs/durability.md). Keywords: see there."""
+        from .writer import BackgroundWriter
+
+        return BackgroundWriter(self, **kw)
 
     def close(self) -> None:
-        """Close the connection pool (when this client created it)."""
+        """Close the connection pool (when this client created it), after draining its background writers."""
         if self._owns_pool and self.pool is not None:
+            from .writer import close_writers
+
+            close_writers(self.pool)
             self.pool.close()
 
     def __enter__(self) -> Memory:
@@ -290,12 +641,6 @@ class Memory:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    @property
-    def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = default_embedder()
-        return self._embedder
 
     # --- plumbing -------------------------------------------------------------------------------------------
     @contextmanager
@@ -326,9 +671,8 @@ class Memory:
         (m=16, ef_construction=64: pgvector's defaults). ``text_config``: the PostgreSQL text search
         configuration of its full-text side (docs/recall.md). Idempotent; a different model or dims for an
         existing name raises :class:`EmbeddingSpaceMismatch`."""
-        rows = self._rows("create_space", {"name": name, "model": model, "dims": dims, "distance": "cosine",
-                                           "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction,
-                                           "text_config": text_config}, conn)
+        rows = self._rows("create_space", self._create_space_params(name, model, dims, hnsw_m, hnsw_ef_construction,
+                                                                    text_config), conn)
         return _row(Space, rows[0])
 
     def get_space(self, name: str | None = None, *, conn: psycopg.Connection | None = None) -> Space:
@@ -348,45 +692,6 @@ class Memory:
                     self._space = self.create_space(self.space_name, emb.model_name, emb.dims, conn=conn)
         return self._space
 
-    def _context(self, space: Space) -> str:
-        return f" (space {space.name!r}, model {space.model!r})"
-
-    def _checked_embedder(self, conn) -> tuple[Embedder, Space]:
-        emb = self.embedder
-        space = self.space(conn=conn)
-        if emb.dims != space.dims:
-            raise DimensionMismatch(f"expected {space.dims} dimensions, got {emb.dims}{self._context(space)}; "
-                                    f"the embedder is {emb.model_name!r}", field="embedder")
-        if emb.model_name != space.model:
-            raise EmbeddingSpaceMismatch(f"space {space.name!r} holds embeddings of model {space.model!r}, "
-                                         f"not {emb.model_name!r}", field="embedder")
-        return emb, space
-
-    def _embed(self, texts: Sequence[str], conn) -> tuple[np.ndarray, Space]:
-        emb, space = self._checked_embedder(conn)
-        try:
-            out = emb.embed(list(texts))
-        except DimensionMismatch as exc:
-            raise DimensionMismatch(f"{exc.message}; space {space.name!r} is bound to model {space.model!r}",
-                                    field="embedding") from exc
-        except PgmemError:
-            raise
-        except Exception as exc:
-            raise EmbedderError(f"embedder {emb.model_name!r} failed: {exc}") from exc
-        out = np.asarray(out, dtype=np.float32)
-        if out.ndim != 2 or out.shape[0] != len(texts):
-            raise EmbedderError(f"embedder {emb.model_name!r} returned shape {out.shape} for {len(texts)} texts")
-        for i, row in enumerate(out):
-            try:
-                v.check_vector(row, space.dims, context=self._context(space), index=i if len(texts) > 1 else None)
-            except ValidationError as exc:
-                raise EmbedderError(f"embedder {emb.model_name!r} returned a bad vector: {exc}") from exc
-        return out, space
-
-    def _vector(self, embedding: Any, conn, index: int | None = None) -> tuple[np.ndarray, Space]:
-        space = self.space(conn=conn)
-        return v.check_vector(embedding, space.dims, context=self._context(space), index=index), space
-
     # --- writing --------------------------------------------------------------------------------------------
     def add(self, content: str, *, metadata: Mapping[str, Any] | None = None, agent_id: str | None = None,
             session_id: str | None = None, expires_at: datetime | None = None, embedding: Any = None,
@@ -394,27 +699,9 @@ class Memory:
         """Store one memory; identical content of the same user and space is not stored twice (``created``
         False, existing id). ``embedding``: a vector of the space's dims to skip the embedder.
         Raises ValidationError (bad content/metadata), DimensionMismatch, IdentityError."""
-        v.check_content(content)
-        meta = v.check_metadata(metadata)
-        agent = v.check_id(agent_id, "agent_id") or self.agent_id
-        v.check_id(session_id, "session_id")
-        v.check_datetime(expires_at, "expires_at")
-        kinds: list[str] | None = None
-        extra_vecs: list | None = None
-        if embedding is None:
-            extras: list[tuple[str, str]] = []
-            if self.contextual:
-                previous = self._previous_content(session_id, conn)
-                extras = extra_texts(content, meta, previous)
-            vecs, space = self._embed([content] + [t for _, t in extras], conn)
-            vec, model = vecs[0], space.model
-            kinds, extra_vecs = [k for k, _ in extras], list(vecs[1:])
-        else:
-            vec, space = self._vector(embedding, conn)
-            model = None
-        row = self._rows("add", {"space": space.name, "content": content, "embedding": vec, "agent_id": agent,
-                                 "session_id": session_id, "metadata": Jsonb(meta or {}), "expires_at": expires_at,
-                                 "model": model, "vector_kinds": kinds, "vectors": extra_vecs}, conn)[0]
+        a = self._add_args(content, metadata, agent_id, session_id, expires_at, embedding)
+        previous = self._previous_content(a["context_of"], conn)
+        row = self._rows("add", self._add_params(self.space(conn=conn), a, previous), conn)[0]
         return AddResult(row["id"], row["created"])
 
     def _previous_content(self, session_id: str | None, conn) -> str | None:
@@ -422,7 +709,7 @@ class Memory:
         if session_id is None:
             return None
         self.space(conn=conn)
-        rows = self._rows("session_tail", {"space": self.space_name, "session_id": session_id, "n": 1}, conn)
+        rows = self._rows("session_tail", self._tail_params(session_id), conn)
         return rows[-1]["content"] if rows else None
 
     def add_many(self, items: Sequence[str | Mapping[str, Any]], *, agent_id: str | None = None,
@@ -430,64 +717,18 @@ class Memory:
         """Store many memories in one statement, all or nothing (at most 10,000).
 
         ``items``: strings, or dicts with ``content`` and optional ``metadata``, ``agent_id``, ``session_id``,
-        ``expires_at``, ``created_at`` (when the memory was made, for imports; default now), ``embedding``. Every item is validated first; a bad one raises ValidationError naming
-        its index and nothing is written. Returns one AddResult per item, in order.
+        ``expires_at``, ``created_at`` (when the memory was made, for imports; default now), ``embedding``,
+        ``id`` (a client-generated UUID, the idempotency key: an item whose id this user already stored is
+        not written again and returns that id with ``created`` False). Every item is validated first; a bad
+        one raises ValidationError naming its index and nothing is written. Returns one AddResult per item,
+        in order.
         """
-        v.check_batch_size(items)
-        norm: list[dict[str, Any]] = []
-        for i, item in enumerate(items):
-            if isinstance(item, str):
-                item = {"content": item}
-            elif not isinstance(item, Mapping):
-                raise ValidationError("must be a string or a mapping with 'content'", field="items", index=i)
-            unknown = set(item) - {"content", "metadata", "agent_id", "session_id", "expires_at", "created_at", "embedding"}
-            if unknown:
-                raise ValidationError(f"unknown keys {sorted(unknown)}", field="items", index=i)
-            norm.append({
-                "content": v.check_content(item.get("content"), index=i),
-                "metadata": v.check_metadata(item.get("metadata"), index=i) or {},
-                "agent_id": v.check_id(item.get("agent_id"), "agent_id", index=i) or agent_id or self.agent_id,
-                "session_id": v.check_id(item.get("session_id"), "session_id", index=i) or session_id,
-                "expires_at": v.check_datetime(item.get("expires_at"), "expires_at", index=i),
-                "created_at": v.check_datetime(item.get("created_at"), "created_at", index=i),
-                "embedding": item.get("embedding"),
-            })
+        norm = self._add_many_items(items, agent_id, session_id)
         if not norm:
             return []
         space = self.space(conn=conn)
-        model = None
-        missing = [i for i, it in enumerate(norm) if it["embedding"] is None]
-        extras: list[tuple[int, str, str]] = []  # (item, kind, text)
-        if missing and self.contextual:
-            last: dict[str, str | None] = {}
-            for i, it in enumerate(norm):
-                sess = it["session_id"]
-                previous = None
-                if sess is not None:
-                    previous = last[sess] if sess in last else self._previous_content(sess, conn)
-                    last[sess] = it["content"]
-                if it["embedding"] is None:
-                    extras += [(i, kind, text) for kind, text in extra_texts(it["content"], it["metadata"], previous)]
-        vector_items = vector_kinds = extra_vecs = None
-        if missing:
-            vecs, space = self._embed([norm[i]["content"] for i in missing] + [t for _, _, t in extras], conn)
-            for i, vec in zip(missing, vecs):
-                norm[i]["embedding"] = vec
-            if len(missing) == len(norm):
-                model = space.model
-            if extras:
-                vector_items = [i for i, _, _ in extras]
-                vector_kinds = [k for _, k, _ in extras]
-                extra_vecs = list(vecs[len(missing):])
-        for i, it in enumerate(norm):
-            it["embedding"] = v.check_vector(it["embedding"], space.dims, context=self._context(space), index=i)
-        rows = self._rows("add_batch", {
-            "space": space.name, "contents": [it["content"] for it in norm],
-            "embeddings": [it["embedding"] for it in norm], "agent_ids": [it["agent_id"] for it in norm],
-            "session_ids": [it["session_id"] for it in norm], "metadata": [Jsonb(it["metadata"]) for it in norm],
-            "expires_at": [it["expires_at"] for it in norm], "model": model,
-            "created_at": [it["created_at"] for it in norm], "vector_items": vector_items,
-            "vector_kinds": vector_kinds, "vectors": extra_vecs}, conn)
+        previous = {s: self._previous_content(s, conn) for s in self._context_sessions(norm)}
+        rows = self._rows("add_batch", self._add_many_params(space, norm, previous), conn)
         return [AddResult(r["id"], r["created"]) for r in rows]
 
     def update(self, id: UUID | str, *, content: str | None = None, metadata: Mapping[str, Any] | None = None,
@@ -496,32 +737,12 @@ class Memory:
         """Change a memory's content (re-embedded in the same statement) and/or metadata. Metadata merges
         into the old top-level keys unless ``replace_metadata``. ``expected_version`` makes it optimistic.
         Raises NotFound, VersionConflict, DuplicateMemory, ValidationError."""
-        model = None
-        vec = None
-        kinds = extra_vecs = None
-        meta = v.check_metadata(metadata)
-        if content is not None:
-            v.check_content(content)
-            if embedding is None:
-                spoken = meta  # the speaker that names the sentences: the stored metadata, merged as SQL will
-                if self.contextual and not (replace_metadata and meta is not None):
-                    current = self.get(id, conn=conn)
-                    spoken = {**(current.metadata if current else {}), **(meta or {})}
-                vec, model, kinds, extra_vecs = self._embed_with_sentences(content, spoken, conn)
-        if embedding is not None:
-            vec, _ = self._vector(embedding, conn)
-        rows = self._rows("update", {"id": id, "content": content, "embedding": vec,
-                                     "metadata": Jsonb(meta) if meta is not None else None,
-                                     "replace_metadata": replace_metadata, "expected_version": expected_version,
-                                     "agent_id": self.agent_id, "model": model, "vector_kinds": kinds,
-                                     "vectors": extra_vecs}, conn)
+        u = self._update_args(content, metadata, replace_metadata, embedding)
+        current = self.get(id, conn=conn) if u["needs_current"] else None
+        space = self.space(conn=conn) if u["needs_space"] else None
+        rows = self._rows("update", self._update_params(space, u, id, content, replace_metadata, expected_version,
+                                                        embedding, current), conn)
         return _row(MemoryRecord, rows[0])
-
-    def _embed_with_sentences(self, content: str, metadata: Mapping[str, Any] | None, conn):
-        """Embedding, model, and sentence vectors of changed content (an edited memory keeps no context vector)."""
-        extras = extra_texts(content, metadata, None) if self.contextual else []
-        vecs, space = self._embed([content] + [t for _, t in extras], conn)
-        return vecs[0], space.model, [k for k, _ in extras], list(vecs[1:])
 
     def edit(self, id: UUID | str, old: str, new: str, *, expected_version: int | None = None,
              conn: psycopg.Connection | None = None) -> MemoryRecord:
@@ -533,30 +754,14 @@ class Memory:
         Raises ValidationError (empty ``old``), NeedleNotFound, AmbiguousEdit (``count``, overlapping
         occurrences included), NotFound, VersionConflict.
         """
-        v.check_text(old, "old")
-        v.check_text(new, "new")
-        if old == "":
-            raise ValidationError("the text to replace must not be empty", field="old")
+        self._edit_args(old, new)
         attempts = 1 if expected_version is not None else 3
         for attempt in range(attempts):
             current = self.get(id, conn=conn)
-            if current is None:
-                raise NotFound(f"memory {id} not found")
-            n = count_occurrences(current.content, old)
-            if n == 0:
-                raise NeedleNotFound(f"the text to replace does not occur in memory {id}")
-            if n > 1:
-                raise AmbiguousEdit(f"the text to replace occurs {n} times in memory {id} (overlapping occurrences "
-                                    "count); give a longer, unique text", count=n)
-            pos = current.content.find(old)
-            new_content = current.content[:pos] + new + current.content[pos + len(old):]
-            v.check_content(new_content)
-            vec, model, kinds, extra_vecs = self._embed_with_sentences(new_content, current.metadata, conn)
+            new_content = self._edited(id, current, old, new)
+            params = self._edit_params(self.space(conn=conn), id, current, old, new, new_content, expected_version)
             try:
-                rows = self._rows("edit", {"id": id, "needle": old, "replacement": new, "embedding": vec,
-                                           "expected_version": expected_version or current.version,
-                                           "agent_id": self.agent_id, "model": model, "vector_kinds": kinds,
-                                           "vectors": extra_vecs}, conn)
+                rows = self._rows("edit", params, conn)
             except VersionConflict:
                 if attempt + 1 == attempts:
                     raise
@@ -566,22 +771,17 @@ class Memory:
 
     def delete(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> bool:
         """Delete one memory; False when this user has no memory with that id. History keeps a DELETE event."""
-        return bool(self._rows("delete", {"id": id, "agent_id": self.agent_id}, conn)[0]["deleted"])
+        return bool(self._rows("delete", self._delete_params(id), conn)[0]["deleted"])
 
     def delete_all(self, *, agent_id: str | None = None, session_id: str | None = None,
                    filter: Mapping[str, Any] | None = None, all_spaces: bool = False, confirm: bool = False,
                    conn: psycopg.Connection | None = None) -> int:
         """Delete this user's memories in a scope (agent, session, metadata filter) of this space (or of all
         spaces); returns how many. An empty scope raises ScopeRequired unless ``confirm=True``."""
-        v.check_id(agent_id, "agent_id")
-        v.check_id(session_id, "session_id")
-        flt = v.check_filter(filter)
+        params = self._delete_all_params(agent_id, session_id, filter, all_spaces, confirm)
         if not all_spaces:
             self.space(conn=conn)
-        return int(self._rows("delete_all", {
-            "space": None if all_spaces else self.space_name, "agent_id": agent_id, "session_id": session_id,
-            "filter": Jsonb(flt) if flt is not None else None, "confirm": confirm, "actor": self.agent_id},
-            conn)[0]["deleted"])
+        return int(self._rows("delete_all", params, conn)[0]["deleted"])
 
     # --- reading --------------------------------------------------------------------------------------------
     def get(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> MemoryRecord | None:
@@ -595,29 +795,10 @@ class Memory:
              contains: str | None = None, conn: psycopg.Connection | None = None) -> Page:
         """This user's memories in this space, oldest first, ``limit`` (1..1000) per page. ``contains`` is a
         literal, case-sensitive substring of the content. Time range: ``created_after <= t < created_before``."""
-        v.check_id(agent_id, "agent_id")
-        v.check_id(session_id, "session_id")
-        if contains is not None:
-            v.check_text(contains, "contains")
-        v.check_datetime(created_after, "created_after")
-        v.check_datetime(created_before, "created_before")
-        flt = v.check_filter(filter)
-        after_ts, after_id = None, None
-        if cursor:
-            try:
-                ts, _, raw_id = cursor.partition("|")
-                after_ts, after_id = datetime.fromisoformat(ts), UUID(raw_id)
-            except ValueError:
-                raise ValidationError(f"not a pgmem cursor: {cursor!r}", field="cursor") from None
+        params = self._list_params(agent_id, session_id, filter, limit, cursor, created_after, created_before,
+                                   contains)
         self.space(conn=conn)
-        rows = self._rows("list", {"space": self.space_name, "agent_id": agent_id, "session_id": session_id,
-                                   "filter": Jsonb(flt) if flt is not None else None, "limit": limit,
-                                   "after_created_at": after_ts, "after_id": after_id,
-                                   "created_after": created_after, "created_before": created_before,
-                                   "contains": contains}, conn)
-        items = [_row(MemoryRecord, r) for r in rows]
-        nxt = f"{items[-1].created_at.isoformat()}|{items[-1].id}" if items and len(items) == limit else None
-        return Page(items, nxt)
+        return self._page(self._rows("list", params, conn), limit)
 
     def search(self, query: str | None = None, *, embedding: Any = None, k: int = 10,
                filter: Mapping[str, Any] | None = None, agent_id: str | None = None, session_id: str | None = None,
@@ -633,63 +814,13 @@ class Memory:
         embedded). ``filter`` operators: docs/filters.md. ``min_similarity`` (a cosine threshold) applies to
         vector mode, which it selects when ``mode`` is not given.
         Raises ValidationError (empty query, k outside 1..1000, unknown mode), InvalidFilter, DimensionMismatch."""
-        if mode is None:  # min_similarity is a cosine threshold, so it selects vector mode
-            mode = "hybrid" if query is not None and min_similarity is None else "vector"
-        if mode not in ("hybrid", "vector", "text"):
-            raise ValidationError(f"mode must be 'hybrid', 'vector' or 'text', got {mode!r}", field="mode")
-        if mode != "vector":
-            return self._search_hybrid(query, embedding, k, filter, agent_id, session_id, min_similarity,
-                                       created_after, created_before, mode, conn)
-        v.check_k(k)
-        if min_similarity is not None and not -1.0 <= float(min_similarity) <= 1.0:
-            raise ValidationError(f"min_similarity must be in [-1, 1], got {min_similarity}", field="min_similarity")
-        flt = v.check_filter(filter)
-        v.check_id(agent_id, "agent_id")
-        v.check_id(session_id, "session_id")
-        v.check_datetime(created_after, "created_after")
-        v.check_datetime(created_before, "created_before")
-        if (query is None) == (embedding is None):
-            raise ValidationError("give either a query text or an embedding", field="query")
-        if query is not None:
-            v.check_query(query)
-            vecs, space = self._embed([query], conn)
-            vec, model = vecs[0], space.model
+        s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
+                              created_before, mode)
+        params = self._search_params(self.space(conn=conn), s)
+        if s["mode"] == "vector":
+            rows = self._rows("search", params, conn)
         else:
-            vec, space = self._vector(embedding, conn)
-            model = None
-        rows = self._rows("search", {"space": space.name, "embedding": vec, "k": k, "agent_id": agent_id,
-                                     "session_id": session_id, "filter": Jsonb(flt) if flt is not None else None,
-                                     "min_similarity": min_similarity, "model": model,
-                                     "created_after": created_after, "created_before": created_before}, conn)
-        return [_row(MemoryRecord, r) for r in rows]
-
-    def _search_hybrid(self, query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
-                       created_before, mode, conn) -> list[MemoryRecord]:
-        v.check_k(k)
-        if min_similarity is not None:
-            raise ValidationError("min_similarity applies to mode='vector' only", field="min_similarity")
-        flt = v.check_filter(filter)
-        v.check_id(agent_id, "agent_id")
-        v.check_id(session_id, "session_id")
-        v.check_datetime(created_after, "created_after")
-        v.check_datetime(created_before, "created_before")
-        if query is None:
-            raise ValidationError(f"mode={mode!r} needs a query text", field="query")
-        v.check_query(query)
-        vec = model = None
-        if mode == "hybrid":
-            if embedding is None:
-                vecs, space = self._embed([query], conn)
-                vec, model = vecs[0], space.model
-            else:
-                vec, space = self._vector(embedding, conn)
-        else:
-            space = self.space(conn=conn)
-        rows = self._rows("search_hybrid", {"space": space.name, "query": query, "embedding": vec, "k": k,
-                                            "agent_id": agent_id, "session_id": session_id,
-                                            "filter": Jsonb(flt) if flt is not None else None,
-                                            "created_after": created_after, "created_before": created_before,
-                                            "model": model}, conn)
+            rows = self._rows("search_hybrid", params, conn)
         return [_row(MemoryRecord, r) for r in rows]
 
     def history(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> list[HistoryEvent]:
@@ -700,7 +831,7 @@ class Memory:
         """Counts of this user's live memories per space (this client's space unless ``all_spaces``)."""
         if not all_spaces:
             self.space(conn=conn)
-        rows = self._rows("stats", {"space": None if all_spaces else self.space_name}, conn)
+        rows = self._rows("stats", self._stats_params(all_spaces), conn)
         return [_row(SpaceStats, r) for r in rows]
 
     def whoami(self, *, conn: psycopg.Connection | None = None) -> str | None:
@@ -708,5 +839,5 @@ class Memory:
         return self._rows("current_user_id", {}, conn)[0]["user_id"]
 
 
-__all__ = ["Memory", "MemoryRecord", "AddResult", "HistoryEvent", "Space", "SpaceStats", "Page",
-           "count_occurrences", "resolve_dsn"]
+__all__ = ["Memory", "MemoryBase", "MemoryRecord", "AddResult", "HistoryEvent", "Space", "SpaceStats", "Page",
+           "check_item", "count_occurrences", "resolve_dsn"]

@@ -74,6 +74,8 @@ def start(path: Path | None = None) -> ServerStatus:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         server = pg.get_server(path, cleanup_mode=None)
+        if not status(path).running:  # a handle this process cached before a stop(): start it again
+            server.start()
     except Exception as exc:
         raise DatabaseUnavailable(f"could not start the embedded PostgreSQL in {path}: {exc}") from exc
     st = status(path)

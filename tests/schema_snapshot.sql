@@ -468,7 +468,7 @@ $$;
 
 COMMENT ON FUNCTION pgmem.add(p_space text, p_content text, p_embedding public.vector, p_agent_id text, p_session_id text, p_metadata jsonb, p_expires_at timestamp with time zone, p_model text, p_vector_kinds text[], p_vectors public.vector[]) IS 'Add one memory for the current user, with optional extra vectors (kinds sentence, context). Identical content in the same space is not stored twice: the existing id comes back with created = false, also under concurrent writers.';
 
-CREATE FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings public.vector[], p_agent_ids text[] DEFAULT NULL::text[], p_session_ids text[] DEFAULT NULL::text[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_expires_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_model text DEFAULT NULL::text, p_created_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_vector_items integer[] DEFAULT NULL::integer[], p_vector_kinds text[] DEFAULT NULL::text[], p_vectors public.vector[] DEFAULT NULL::public.vector[]) RETURNS TABLE(ordinal integer, id uuid, created boolean)
+CREATE FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings public.vector[], p_agent_ids text[] DEFAULT NULL::text[], p_session_ids text[] DEFAULT NULL::text[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_expires_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_model text DEFAULT NULL::text, p_created_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_vector_items integer[] DEFAULT NULL::integer[], p_vector_kinds text[] DEFAULT NULL::text[], p_vectors public.vector[] DEFAULT NULL::public.vector[], p_ids uuid[] DEFAULT NULL::uuid[]) RETURNS TABLE(ordinal integer, id uuid, created boolean)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -477,6 +477,7 @@ DECLARE
     v_n integer := coalesce(cardinality(p_contents), 0);
     v_bad integer;
     v_created uuid[];
+    v_known uuid[] := '{}';
     v_ids uuid[];
     v_flags boolean[];
 BEGIN
@@ -485,7 +486,8 @@ BEGIN
        OR (p_session_ids IS NOT NULL AND cardinality(p_session_ids) <> v_n)
        OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> v_n)
        OR (p_expires_at IS NOT NULL AND cardinality(p_expires_at) <> v_n)
-       OR (p_created_at IS NOT NULL AND cardinality(p_created_at) <> v_n) THEN
+       OR (p_created_at IS NOT NULL AND cardinality(p_created_at) <> v_n)
+       OR (p_ids IS NOT NULL AND cardinality(p_ids) <> v_n) THEN
         RAISE EXCEPTION 'batch arrays must all have % items', v_n USING ERRCODE = 'PGM08';
     END IF;
     IF v_n > 10000 THEN
@@ -508,30 +510,45 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_vector_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= v_n) THEN
         RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
     END IF;
+    -- Client ids (p_ids) this user has ever stored: a live memory, or a deleted one still in history.
+    -- Such an item is not written again, so a retry after an ambiguous failure never duplicates.
+    IF p_ids IS NOT NULL THEN
+        SELECT coalesce(array_agg(DISTINCT x.id), '{}') INTO v_known FROM (
+            SELECT k.id FROM pgmem.memories k WHERE k.user_id = v_user AND k.id = ANY (p_ids)
+            UNION ALL
+            SELECT h.memory_id FROM pgmem.history h WHERE h.user_id = v_user AND h.memory_id = ANY (p_ids)) x;
+    END IF;
     -- seq follows item order (the order of turns), whatever order the rows are inserted in.
     WITH items AS MATERIALIZED (
-        SELECT g.o, nextval('pgmem.memories_seq') AS seq FROM generate_series(1, v_n) AS g(o)
+        SELECT g.o, nextval('pgmem.memories_seq') AS seq
+        FROM generate_series(1, v_n) AS g(o) LEFT JOIN unnest(v_known) AS kn(id) ON kn.id = p_ids[g.o]
+        WHERE kn.id IS NULL
     ), ins AS (
-        INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at, seq)
-        SELECT v_user, v_space.space_id, p_agent_ids[o], p_session_ids[o], p_contents[o], p_embeddings[o],
-               coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now()), items.seq
+        INSERT INTO pgmem.memories AS m (user_id, id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at, seq)
+        SELECT v_user, coalesce(p_ids[o], gen_random_uuid()), v_space.space_id, p_agent_ids[o], p_session_ids[o],
+               p_contents[o], p_embeddings[o], coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now()),
+               items.seq
         FROM items
         -- Insert in content-hash order, not item order: concurrent batches holding the same texts in
         -- different orders then wait for each other instead of deadlocking.
         ORDER BY pgmem.content_hash(p_contents[o]), o
-        ON CONFLICT ON CONSTRAINT memories_content_key DO NOTHING
+        -- Same content (memories_content_key), or a client id stored by a concurrent retry (memories_pkey).
+        ON CONFLICT DO NOTHING
         RETURNING m.id
     )
     SELECT coalesce(array_agg(ins.id), '{}') INTO v_created FROM ins;
+    -- Each item's memory: the one its client id names (stored before or now), else the one holding its content.
     SELECT array_agg(y.id ORDER BY y.o), array_agg(y.created ORDER BY y.o) INTO v_ids, v_flags
     FROM (
         SELECT x.o, x.id, x.created AND x.o = min(x.o) OVER (PARTITION BY x.id) AS created
         FROM (
-            SELECT o, m.id, c.id IS NOT NULL AS created
-            FROM generate_series(1, v_n) AS o
-            JOIN pgmem.memories m
-              ON m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_contents[o])
-            LEFT JOIN unnest(v_created) AS c(id) ON c.id = m.id
+            SELECT g.o, coalesce(kn.id, byid.id, m.id) AS id, byid.id IS NOT NULL OR c.id IS NOT NULL AS created
+            FROM generate_series(1, v_n) AS g(o)
+            LEFT JOIN unnest(v_known) AS kn(id) ON kn.id = p_ids[g.o]
+            LEFT JOIN unnest(v_created) AS byid(id) ON byid.id = p_ids[g.o]
+            LEFT JOIN pgmem.memories m
+              ON m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_contents[g.o])
+            LEFT JOIN unnest(v_created) AS c(id) ON c.id = m.id AND kn.id IS NULL AND byid.id IS NULL
         ) x
     ) y;
     IF p_vector_items IS NOT NULL THEN
@@ -544,7 +561,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings public.vector[], p_agent_ids text[], p_session_ids text[], p_metadata jsonb[], p_expires_at timestamp with time zone[], p_model text, p_created_at timestamp with time zone[], p_vector_items integer[], p_vector_kinds text[], p_vectors public.vector[]) IS 'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now(). Extra vectors: p_vector_items (item number from 0), p_vector_kinds, p_vectors, stored for created items only.';
+COMMENT ON FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings public.vector[], p_agent_ids text[], p_session_ids text[], p_metadata jsonb[], p_expires_at timestamp with time zone[], p_model text, p_created_at timestamp with time zone[], p_vector_items integer[], p_vector_kinds text[], p_vectors public.vector[], p_ids uuid[]) IS 'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now(). Extra vectors: p_vector_items (item number from 0), p_vector_kinds, p_vectors, stored for created items only. p_ids: client-generated ids (idempotency keys); an item whose id this user already stored, even if since deleted, is not written again and returns that id with created = false, so a retry never duplicates.';
 
 CREATE FUNCTION pgmem.bind_role(p_role name, p_user_id text) RETURNS void
     LANGUAGE plpgsql
@@ -970,10 +987,10 @@ BEGIN
                           + 0.2 * coalesce(lag(w.len, 2) OVER s, 0) + 0.2 * coalesce(lead(w.len, 2) OVER s, 0) AS dl
             FROM w WINDOW s AS (PARTITION BY w.sess ORDER BY w.idx)),
         st AS (SELECT count(*)::float8 AS n, greatest(avg(wl.dl), 1) AS avgdl FROM wl),
-        hit AS (
+        hit AS MATERIALIZED (  -- each matching memory's fts is unnested once
             SELECT wl.sess, wl.idx, x.lexeme, coalesce(array_length(x.positions, 1), 1)::float8 AS tf
             FROM u JOIN wl ON wl.id = u.id CROSS JOIN LATERAL unnest(u.fts) AS x
-            WHERE x.lexeme = ANY($13)),
+            WHERE u.fts @@ $14 AND x.lexeme = ANY($13)),
         spread AS (  -- a term counts for its own memory and, less, for its neighbours in the session
             SELECT h.sess, h.idx + o.off AS tidx, h.lexeme, h.tf * o.wt AS tf
             FROM hit h CROSS JOIN (VALUES (0, 1.0::float8), (1, 0.6), (-1, 0.4), (2, 0.2), (-2, 0.2)) AS o(off, wt)),
@@ -986,7 +1003,7 @@ BEGIN
             SELECT tfe.id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
                                * tfe.tf * 2.2 / (tfe.tf + 1.2 * (0.5 + 0.5 * tfe.dl / st.avgdl))) AS s
             FROM tfe JOIN df USING (lexeme) CROSS JOIN st GROUP BY tfe.id),
-        dn AS (  -- best of the memory's own and sentence vectors, plus its context vector (else its own)
+        dn AS MATERIALIZED (  -- best of the memory's own and sentence vectors, plus its context vector (else its own)
             SELECT u.id, 1 - (u.embedding <=> $9) AS sim,
                    greatest(1 - (u.embedding <=> $9),
                             coalesce((SELECT max(1 - (v.embedding <=> $9)) FROM pgmem.memory_vectors v

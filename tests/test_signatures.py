@@ -74,8 +74,9 @@ def test_query_matches_function_signature(admin: psycopg.Connection, name: str):
 
 
 def _calls_in_package() -> list[tuple[str, int, str, str, set[str] | None]]:
-    """(file, line, callee, query name, keys of the literal params dict or None) for every `_rows("name", ...)`
-    and `query("name")` call in the package."""
+    """(file, line, callee, query name, keys of the literal params dict or None) for every `_rows("name", ...)`,
+    `_params("name", {...})` (the parameter builders of pgmem.client.MemoryBase) and `query("name")` call in
+    the package."""
     found = []
     for path in sorted(PACKAGE.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -83,7 +84,7 @@ def _calls_in_package() -> list[tuple[str, int, str, str, set[str] | None]]:
             if not isinstance(node, ast.Call) or not node.args:
                 continue
             callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-            if callee not in ("_rows", "query"):
+            if callee not in ("_rows", "query", "_params"):
                 continue
             first = node.args[0]
             if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):

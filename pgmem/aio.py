@@ -1,0 +1,322 @@
+"""The asyncio client: :class:`AsyncMemory`, the API of :class:`pgmem.Memory` with ``await``.
+
+Same methods, arguments, results, errors and statements as :class:`~pgmem.Memory`: both clients take
+their checks and query parameters from :class:`pgmem.client.MemoryBase`, and this module only runs them
+on psycopg's ``AsyncConnectionPool``. Embedding (a model or an HTTP call) runs in a worker thread
+(``asyncio.to_thread``), so it never blocks the event loop.
+
+    async with AsyncMemory(user_id="alice", agent_id="planner") as mem:
+        await mem.add("Alice is vegetarian")
+        hits = await mem.search("what does Alice eat?")
+
+The pool opens on ``await mem.open()``, ``async with``, :meth:`AsyncMemory.connect`, or the first call.
+Every method takes ``conn=`` (an ``AsyncConnection``) so several calls can share one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .client import (
+    DEFAULT_SPACE,
+    GATEWAY_ROLE,
+    AddResult,
+    HistoryEvent,
+    MemoryBase,
+    MemoryRecord,
+    Page,
+    Space,
+    SpaceStats,
+    _registered,
+    _row,
+    _vector_missing,
+    resolve_dsn,
+)
+from .embedders import Embedder
+from .errors import DatabaseUnavailable, NotFound, PgmemError, VersionConflict, from_psycopg
+from .queries import query
+
+
+async def _register_vector_async(conn: psycopg.AsyncConnection) -> None:
+    from pgvector.psycopg import register_vector_async
+
+    try:
+        await register_vector_async(conn)
+    except psycopg.ProgrammingError as exc:
+        raise _vector_missing() from exc
+    _registered.add(conn)
+
+
+class AsyncMemory(MemoryBase):
+    """Shared memory for the agents of one user, for asyncio: :class:`pgmem.Memory`'s API, awaited.
+
+    Arguments as for :class:`~pgmem.Memory` (``dsn``, ``user_id``, ``agent_id``, ``space``, ``embedder``,
+    ``role``, ``pool`` (a psycopg ``AsyncConnectionPool``), ``min_size``, ``max_size``, ``contextual``).
+    Errors: :mod:`pgmem.errors`. No background writer here: that one is a thread (``Memory.writer``).
+    """
+
+    def __init__(self, dsn: str | None = None, *, user_id: str | None = None, agent_id: str | None = None,
+                 space: str = DEFAULT_SPACE, embedder: Embedder | None = None, role: str | None | type = ...,
+                 pool: Any = None, min_size: int = 1, max_size: int = 8, contextual: bool = True) -> None:
+        self._setup(user_id, agent_id, space, embedder, contextual)
+        self._space_lock = asyncio.Lock()
+        self._owns_pool = pool is None
+        self._conn_args = (dsn, role, min_size, max_size)
+        # Shared with the clients made by with_identity, which then use the pool once it is open.
+        self._shared: dict[str, Any] = {"pool": pool, "lock": asyncio.Lock()}
+        self.role = None if role is ... else role
+        self.dsn = None
+
+    @property
+    def pool(self) -> Any:
+        """The ``AsyncConnectionPool`` (None until the client is opened)."""
+        return self._shared["pool"]
+
+    @classmethod
+    async def connect(cls, dsn: str | None = None, **kw: Any) -> AsyncMemory:
+        """``AsyncMemory(dsn, **kw)``, opened."""
+        return await cls(dsn, **kw).open()
+
+    async def open(self) -> AsyncMemory:
+        """Open the connection pool (a no-op when open): one direct connection first, so a wrong DSN fails
+        at once with the server's own message. Without a DSN: ``$PGMEM_DSN``, else the embedded server."""
+        async with self._shared["lock"]:
+            if self._shared["pool"] is not None:
+                return self
+            from psycopg_pool import AsyncConnectionPool
+
+            dsn, role, min_size, max_size = self._conn_args
+            conninfo, embedded = await asyncio.to_thread(resolve_dsn, dsn)
+            self.role = (GATEWAY_ROLE if embedded else None) if role is ... else role
+            self.dsn = conninfo
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10) as probe:
+                    await _register_vector_async(probe)
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
+            pool = AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, configure=self._configure,
+                                       check=self._check, open=False, name="pgmem-async")
+            try:
+                await pool.open(wait=True, timeout=30)
+            except Exception as exc:
+                await pool.close()
+                raise from_psycopg(exc) if isinstance(exc, psycopg.Error) else \
+                    PgmemError(f"could not connect to {self._safe_dsn()}: {exc}") from exc
+            self._shared["pool"] = pool
+        return self
+
+    async def close(self) -> None:
+        """Close the connection pool (when this client created it)."""
+        if self._owns_pool and self._shared["pool"] is not None:
+            await self._shared["pool"].close()
+
+    async def __aenter__(self) -> AsyncMemory:
+        return await self.open()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def with_identity(self, *, user_id: str | None = ..., agent_id: str | None = ...) -> AsyncMemory:
+        """A client sharing this one's pool and embedder, acting for another user and/or agent."""
+        return super().with_identity(user_id=user_id, agent_id=agent_id)
+
+    async def _check(self, conn: psycopg.AsyncConnection) -> None:
+        """As :meth:`pgmem.Memory._check`: on a broken connection, check every idle one at once."""
+        from psycopg_pool import AsyncConnectionPool
+
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except Exception:
+            await self.pool.check()
+            raise
+
+    async def _configure(self, conn: psycopg.AsyncConnection) -> None:
+        await _register_vector_async(conn)
+        if self.role:
+            await conn.execute("SELECT set_config('role', %s, false)", (self.role,))
+        await conn.commit()
+
+    # --- plumbing -------------------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def _connection(self, conn: psycopg.AsyncConnection | None) -> AsyncIterator[psycopg.AsyncConnection]:
+        if conn is not None:
+            if conn not in _registered:
+                await _register_vector_async(conn)
+            yield conn
+        else:
+            if self._shared["pool"] is None:
+                await self.open()
+            async with self.pool.connection() as c:
+                yield c
+
+    async def _rows(self, name: str, params: dict[str, Any], conn: psycopg.AsyncConnection | None = None) -> list[dict]:
+        try:
+            async with self._connection(conn) as c, c.transaction():
+                if self.user_id is not None:
+                    await c.execute(query("act_as"), {"user_id": self.user_id})
+                async with c.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(query(name), params)
+                    return await cur.fetchall()
+        except psycopg.Error as exc:
+            raise from_psycopg(exc) from exc
+
+    @staticmethod
+    async def _off_loop(fn, *args: Any) -> Any:
+        """Run a parameter builder that may call the embedder in a worker thread."""
+        return await asyncio.to_thread(fn, *args)
+
+    # --- spaces ---------------------------------------------------------------------------------------------
+    async def create_space(self, name: str, model: str, dims: int, *, hnsw_m: int = 16,
+                           hnsw_ef_construction: int = 64, text_config: str = "english",
+                           conn: psycopg.AsyncConnection | None = None) -> Space:
+        """As :meth:`pgmem.Memory.create_space`."""
+        rows = await self._rows("create_space", self._create_space_params(name, model, dims, hnsw_m,
+                                                                          hnsw_ef_construction, text_config), conn)
+        return _row(Space, rows[0])
+
+    async def get_space(self, name: str | None = None, *, conn: psycopg.AsyncConnection | None = None) -> Space:
+        """As :meth:`pgmem.Memory.get_space`."""
+        return _row(Space, (await self._rows("space", {"name": name or self.space_name}, conn))[0])
+
+    async def space(self, *, conn: psycopg.AsyncConnection | None = None) -> Space:
+        """As :meth:`pgmem.Memory.space`."""
+        if self._space is not None:
+            return self._space
+        async with self._space_lock:
+            if self._space is None:
+                try:
+                    self._space = await self.get_space(conn=conn)
+                except NotFound:
+                    emb = await asyncio.to_thread(getattr, self, "embedder")  # may load a model
+                    self._space = await self.create_space(self.space_name, emb.model_name, emb.dims, conn=conn)
+        return self._space
+
+    # --- writing --------------------------------------------------------------------------------------------
+    async def add(self, content: str, *, metadata: Mapping[str, Any] | None = None, agent_id: str | None = None,
+                  session_id: str | None = None, expires_at: datetime | None = None, embedding: Any = None,
+                  conn: psycopg.AsyncConnection | None = None) -> AddResult:
+        """As :meth:`pgmem.Memory.add`."""
+        a = self._add_args(content, metadata, agent_id, session_id, expires_at, embedding)
+        previous = await self._previous_content(a["context_of"], conn)
+        space = await self.space(conn=conn)
+        row = (await self._rows("add", await self._off_loop(self._add_params, space, a, previous), conn))[0]
+        return AddResult(row["id"], row["created"])
+
+    async def _previous_content(self, session_id: str | None, conn) -> str | None:
+        if session_id is None:
+            return None
+        await self.space(conn=conn)
+        rows = await self._rows("session_tail", self._tail_params(session_id), conn)
+        return rows[-1]["content"] if rows else None
+
+    async def add_many(self, items: Sequence[str | Mapping[str, Any]], *, agent_id: str | None = None,
+                       session_id: str | None = None, conn: psycopg.AsyncConnection | None = None) -> list[AddResult]:
+        """As :meth:`pgmem.Memory.add_many` (client ids included)."""
+        norm = self._add_many_items(items, agent_id, session_id)
+        if not norm:
+            return []
+        space = await self.space(conn=conn)
+        previous = {s: await self._previous_content(s, conn) for s in self._context_sessions(norm)}
+        params = await self._off_loop(self._add_many_params, space, norm, previous)
+        return [AddResult(r["id"], r["created"]) for r in await self._rows("add_batch", params, conn)]
+
+    async def update(self, id: UUID | str, *, content: str | None = None, metadata: Mapping[str, Any] | None = None,
+                     replace_metadata: bool = False, expected_version: int | None = None, embedding: Any = None,
+                     conn: psycopg.AsyncConnection | None = None) -> MemoryRecord:
+        """As :meth:`pgmem.Memory.update`."""
+        u = self._update_args(content, metadata, replace_metadata, embedding)
+        current = await self.get(id, conn=conn) if u["needs_current"] else None
+        space = await self.space(conn=conn) if u["needs_space"] else None
+        params = await self._off_loop(self._update_params, space, u, id, content, replace_metadata, expected_version,
+                                      embedding, current)
+        return _row(MemoryRecord, (await self._rows("update", params, conn))[0])
+
+    async def edit(self, id: UUID | str, old: str, new: str, *, expected_version: int | None = None,
+                   conn: psycopg.AsyncConnection | None = None) -> MemoryRecord:
+        """As :meth:`pgmem.Memory.edit` (literal text; retried twice on a concurrent change unless
+        ``expected_version`` is given)."""
+        self._edit_args(old, new)
+        attempts = 1 if expected_version is not None else 3
+        for attempt in range(attempts):
+            current = await self.get(id, conn=conn)
+            new_content = self._edited(id, current, old, new)
+            space = await self.space(conn=conn)
+            params = await self._off_loop(self._edit_params, space, id, current, old, new, new_content,
+                                          expected_version)
+            try:
+                rows = await self._rows("edit", params, conn)
+            except VersionConflict:
+                if attempt + 1 == attempts:
+                    raise
+                continue
+            return _row(MemoryRecord, rows[0])
+        raise AssertionError("unreachable")
+
+    async def delete(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> bool:
+        """As :meth:`pgmem.Memory.delete`."""
+        return bool((await self._rows("delete", self._delete_params(id), conn))[0]["deleted"])
+
+    async def delete_all(self, *, agent_id: str | None = None, session_id: str | None = None,
+                         filter: Mapping[str, Any] | None = None, all_spaces: bool = False, confirm: bool = False,
+                         conn: psycopg.AsyncConnection | None = None) -> int:
+        """As :meth:`pgmem.Memory.delete_all`."""
+        params = self._delete_all_params(agent_id, session_id, filter, all_spaces, confirm)
+        if not all_spaces:
+            await self.space(conn=conn)
+        return int((await self._rows("delete_all", params, conn))[0]["deleted"])
+
+    # --- reading --------------------------------------------------------------------------------------------
+    async def get(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> MemoryRecord | None:
+        """As :meth:`pgmem.Memory.get`."""
+        rows = await self._rows("get", {"id": id}, conn)
+        return _row(MemoryRecord, rows[0]) if rows else None
+
+    async def list(self, *, agent_id: str | None = None, session_id: str | None = None,
+                   filter: Mapping[str, Any] | None = None, limit: int = 50, cursor: str | None = None,
+                   created_after: datetime | None = None, created_before: datetime | None = None,
+                   contains: str | None = None, conn: psycopg.AsyncConnection | None = None) -> Page:
+        """As :meth:`pgmem.Memory.list`."""
+        params = self._list_params(agent_id, session_id, filter, limit, cursor, created_after, created_before,
+                                   contains)
+        await self.space(conn=conn)
+        return self._page(await self._rows("list", params, conn), limit)
+
+    async def search(self, query: str | None = None, *, embedding: Any = None, k: int = 10,
+                     filter: Mapping[str, Any] | None = None, agent_id: str | None = None,
+                     session_id: str | None = None, min_similarity: float | None = None,
+                     created_after: datetime | None = None, created_before: datetime | None = None,
+                     mode: str | None = None, conn: psycopg.AsyncConnection | None = None) -> list[MemoryRecord]:
+        """As :meth:`pgmem.Memory.search` (hybrid, vector or text)."""
+        s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
+                              created_before, mode)
+        params = await self._off_loop(self._search_params, await self.space(conn=conn), s)
+        if s["mode"] == "vector":
+            rows = await self._rows("search", params, conn)
+        else:
+            rows = await self._rows("search_hybrid", params, conn)
+        return [_row(MemoryRecord, r) for r in rows]
+
+    async def history(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> list[HistoryEvent]:
+        """As :meth:`pgmem.Memory.history`."""
+        return [_row(HistoryEvent, r) for r in await self._rows("history", {"id": id}, conn)]
+
+    async def stats(self, *, all_spaces: bool = False, conn: psycopg.AsyncConnection | None = None) -> list[SpaceStats]:
+        """As :meth:`pgmem.Memory.stats`."""
+        if not all_spaces:
+            await self.space(conn=conn)
+        return [_row(SpaceStats, r) for r in await self._rows("stats", self._stats_params(all_spaces), conn)]
+
+    async def whoami(self, *, conn: psycopg.AsyncConnection | None = None) -> str | None:
+        """As :meth:`pgmem.Memory.whoami`."""
+        return (await self._rows("current_user_id", {}, conn))[0]["user_id"]
+
+
+__all__ = ["AsyncMemory"]

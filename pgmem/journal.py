@@ -1,0 +1,255 @@
+"""A durable local journal of accepted writes that the database could not take yet.
+
+One JSON Lines file per client name, in :func:`journal_dir` (``$PGMEM_JOURNAL_DIR``, default
+``platformdirs.user_state_dir("pgmem")/journal``, e.g. ``~/.local/state/pgmem/journal`` on Linux):
+
+- ``<name>.jsonl``: one write per line, in the order the writes were accepted. Every append is written with
+  one ``write`` and ``fsync``'d before it is acknowledged; creating the file also fsyncs the directory.
+- ``<name>.offset``: how many bytes of the journal are already replayed into the database (written after
+  each replayed chunk; losing it only replays a chunk again, which the client ids make harmless).
+- ``<name>.rejected.jsonl``: writes the database refused for good (bad input it alone could judge, a missing
+  space, no identity), each with its error, fsync'd too. Kept for a human; never replayed by itself.
+- ``<name>.lock``: an exclusive ``flock`` held while a writer uses the journal, so two live processes never
+  share one (the second gets :class:`JournalBusy`).
+
+A line cut short by a crash during an append was never acknowledged, so opening the journal drops it.
+A damaged line anywhere else stops the replay with an error naming the file and line: nothing is skipped
+silently. When every line is replayed the file is truncated to zero bytes (and fsync'd).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .errors import PgmemError
+
+ENV = "PGMEM_JOURNAL_DIR"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$")
+
+
+class JournalError(PgmemError):
+    """The journal could not be used (unreadable, damaged, not writable)."""
+
+
+class JournalBusy(JournalError):
+    """Another live writer (in this or another process) holds this client name's journal."""
+
+
+def journal_dir() -> Path:
+    """Where journals live: ``$PGMEM_JOURNAL_DIR``, else ``platformdirs.user_state_dir("pgmem")/journal``."""
+    env = os.environ.get(ENV)
+    if env:
+        return Path(env).expanduser().resolve()
+    import warnings
+
+    warnings.filterwarnings("ignore", module="platformdirs")
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("pgmem")) / "journal"
+
+
+def check_name(name: str) -> str:
+    """A client name usable as a file name: 1-128 of ``A-Z a-z 0-9 _ . @ -``, not starting with a symbol."""
+    if not isinstance(name, str) or not NAME.match(name):
+        raise PgmemError(f"client name {name!r} must be 1 to 128 characters of letters, digits, '_', '.', '@', '-', "
+                         "starting with a letter or digit")
+    return name
+
+
+def encode(entry: dict[str, Any]) -> bytes:
+    """One journal line (UTF-8 JSON and a newline); datetimes become ISO 8601 text with their offset."""
+    def default(value: Any) -> Any:
+        if isinstance(value, datetime):
+            return value.isoformat()
+        if hasattr(value, "tolist"):  # numpy arrays and scalars
+            return value.tolist()
+        return str(value)  # UUID
+    return (json.dumps(entry, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=default)
+            + "\n").encode("utf-8")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    """The journal of one client name; exclusive to this object while it is open. Thread-safe."""
+
+    def __init__(self, name: str, directory: Path | str | None = None) -> None:
+        self.name = check_name(name)
+        self.directory = Path(directory).expanduser().resolve() if directory is not None else journal_dir()
+        self.path = self.directory / f"{name}.jsonl"
+        self.rejected_path = self.directory / f"{name}.rejected.jsonl"
+        self._offset_path = self.directory / f"{name}.offset"
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._lock_fd = os.open(self.directory / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                holder = os.pread(self._lock_fd, 32, 0).decode("ascii", "replace").strip()
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise JournalBusy(f"the journal {self.path} is in use by another writer (pid {holder or '?'})",
+                                  hint="give each concurrent writer its own client_name") from None
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
+            created = not self.path.exists()
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+            if created:
+                _fsync_dir(self.directory)
+            self._offset = self._read_offset()
+            self.pending = self._recover()
+        except OSError as exc:
+            self.close()
+            raise JournalError(f"cannot use the journal {self.path}: {exc}") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    # --- opening ----------------------------------------------------------------------------------------
+    def _read_offset(self) -> int:
+        try:
+            offset = int(self._offset_path.read_text(encoding="ascii").strip() or 0)
+        except FileNotFoundError:
+            return 0
+        except ValueError:
+            return 0  # replaying from the start again is harmless (client ids)
+        return offset if 0 <= offset <= os.fstat(self._fd).st_size else 0
+
+    def _recover(self) -> int:
+        """Drop a torn last line (a crash during an append, never acknowledged); count the pending lines."""
+        size = os.fstat(self._fd).st_size
+        data = os.pread(self._fd, size - self._offset, self._offset) if size > self._offset else b""
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            os.ftruncate(self._fd, self._offset + end)
+            os.fsync(self._fd)
+            data = data[:end]
+        if self._offset and self._offset == os.fstat(self._fd).st_size:
+            self._reset()
+        return data.count(b"\n")
+
+    # --- writing ----------------------------------------------------------------------------------------
+    def append(self, entries: list[dict[str, Any]]) -> None:
+        """Append writes durably: one ``write`` then ``fsync``; when this returns they survive a crash."""
+        if not entries:
+            return
+        data = b"".join(encode(e) for e in entries)
+        with self._lock:
+            self._check_open()
+            try:
+                written = 0
+                while written < len(data):
+                    written += os.write(self._fd, data[written:])
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise JournalError(f"cannot write the journal {self.path}: {exc}") from exc
+            self.pending += len(entries)
+
+    def reject(self, entries: list[dict[str, Any]], error: str) -> None:
+        """Keep writes the database refused for good in ``<name>.rejected.jsonl`` with the error (fsync'd)."""
+        if not entries:
+            return
+        data = b"".join(encode({**e, "error": error}) for e in entries)
+        with self._lock:
+            created = not self.rejected_path.exists()
+            fd = os.open(self.rejected_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                _fsync_dir(self.directory)
+
+    # --- replaying --------------------------------------------------------------------------------------
+    def read(self, limit: int) -> list[tuple[dict[str, Any], int]]:
+        """Up to ``limit`` pending writes, oldest first, each with the offset just after it (for :meth:`done`)."""
+        with self._lock:
+            self._check_open()
+            size = os.fstat(self._fd).st_size
+            entries: list[tuple[dict[str, Any], int]] = []
+            pos = self._offset
+            chunk = 1 << 20
+            buf = b""
+            while len(entries) < limit and pos + len(buf) < size:
+                buf += os.pread(self._fd, min(chunk, size - pos - len(buf)), pos + len(buf))
+                while len(entries) < limit:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1:]
+                    try:
+                        entry = json.loads(line)
+                        if not isinstance(entry, dict):
+                            raise ValueError("not a JSON object")
+                    except ValueError as exc:
+                        raise JournalError(f"the journal {self.path} is damaged at byte {pos}: {exc}",
+                                           hint="move the file aside and inspect it; nothing was replayed past it") \
+                            from None
+                    pos += nl + 1
+                    entries.append((entry, pos))
+            return entries
+
+    def done(self, offset: int, count: int) -> None:
+        """Mark the writes up to ``offset`` (from :meth:`read`) as replayed; truncate the file when all are."""
+        with self._lock:
+            self._check_open()
+            self._offset = offset
+            self.pending = max(0, self.pending - count)
+            if offset >= os.fstat(self._fd).st_size:
+                self._reset()
+            else:
+                tmp = self._offset_path.with_suffix(".offset.tmp")
+                tmp.write_text(str(offset), encoding="ascii")
+                os.replace(tmp, self._offset_path)
+
+    def _reset(self) -> None:
+        os.ftruncate(self._fd, 0)
+        os.fsync(self._fd)
+        self._offset = 0
+        self.pending = 0
+        try:
+            self._offset_path.unlink()
+        except FileNotFoundError:
+            pass
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._fd is None:
+            raise JournalError(f"the journal {self.path} is closed")
+
+    def close(self) -> None:
+        """Close the files and release the lock (the journal's content stays for the next writer)."""
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = None
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+
+__all__ = ["Journal", "JournalBusy", "JournalError", "check_name", "journal_dir", "encode"]

@@ -1,0 +1,635 @@
+"""A background writer: agents hand writes to a queue and go on; a thread stores them in batches.
+
+``writer = memory.writer()`` (or ``BackgroundWriter(memory)``); ``writer.submit("text", session_id=...)``
+returns the write's client id at once. The writer never drops a write it accepted:
+
+- The queue is bounded (``max_queue``). When it is full, ``submit`` waits (``put_timeout=None``) or raises
+  :class:`QueueFull` after ``put_timeout`` seconds; the write is then not accepted.
+- A thread takes up to ``batch_size`` writes (waiting at most ``flush_interval`` seconds for a batch to
+  fill) and stores them with :meth:`Memory.add_many`: one ``pgmem.add_batch`` statement per batch and user.
+- Every write carries a client-generated id (uuid4), so a retry after an ambiguous failure (the connection
+  lost after the commit) never duplicates: ``pgmem.add_batch`` does not store an id twice.
+- A batch that fails because the database (or the embedder) cannot be reached, or for a passing reason
+  (deadlock, lack of resources, cancelled statement; :func:`is_transient`) is retried once on a fresh
+  connection; if that fails too it is appended to the client's durable journal
+  (:mod:`pgmem.journal`, fsync'd) and acknowledged as ``journaled``. While the journal holds writes, new
+  ones go after them, and the thread replays it in order (backing off 0.5 s to 5 s) once the database is
+  back. A writer opened later with the same ``client_name``, in this process or another, replays what is left.
+- A write the database refuses for good (it alone can judge: no identity, a missing space) is kept in
+  ``<client_name>.rejected.jsonl`` with the error and counted as rejected; nothing is dropped silently.
+- ``flush()`` waits until every write accepted so far is committed, journaled or rejected. ``close()`` drains
+  the queue and returns a :class:`WriterReport` (committed, journaled, rejected, the journal's path). At
+  interpreter exit and on SIGTERM every open writer is closed the same way; the SIGTERM handler is installed
+  only when the process has none (the default action), and after draining the default action runs.
+
+See docs/durability.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import signal
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from . import validation as v
+from .errors import DatabaseUnavailable, EmbedderError, PgmemError, ValidationError, from_psycopg
+from .journal import Journal, check_name
+
+log = logging.getLogger("pgmem.writer")
+
+#: SQLSTATE classes of errors that pass (deadlock or serialization failure, lack of resources, lock not
+#: available, cancelled statement, system I/O error): the write is kept for a later try, not refused.
+TRANSIENT_SQLSTATE_CLASSES = ("40", "53", "55", "57", "58")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed write should be tried again later (journaled) rather than refused: the database or
+    the embedder could not be reached, or the database failed for a passing reason. Anything else the
+    database raises (no identity, bad input it alone can judge, a missing space) is final for that write."""
+    if isinstance(exc, (DatabaseUnavailable, EmbedderError)):
+        return True
+    state = getattr(exc, "sqlstate", None) or ""
+    return isinstance(exc, PgmemError) and state[:2] in TRANSIENT_SQLSTATE_CLASSES
+
+
+class QueueFull(PgmemError):
+    """The writer's queue stayed full for the ``put_timeout`` the caller chose; the write was not accepted."""
+
+
+class WriterClosed(PgmemError):
+    """The writer is closed (or closing): it accepts no more writes."""
+
+
+@dataclass(frozen=True)
+class Ack:
+    """What became of one accepted write. ``status``: ``committed`` (in the database: ``memory_id`` holds it,
+    another memory's id when identical content existed, ``created`` False then or on a retry), ``journaled``
+    (fsync'd to the local journal, replayed later) or ``rejected`` (refused for good, ``error`` says why; kept
+    in the rejected file)."""
+
+    id: UUID
+    status: str
+    memory_id: UUID | None = None
+    created: bool | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class WriterReport:
+    """Returned by :meth:`BackgroundWriter.close`. ``committed``: writes this writer stored in the database
+    (``replayed`` of them from the journal); ``journaled``: writes waiting in the journal at ``journal_path``
+    (replayed by the next writer with this client name); ``rejected``: writes refused for good, kept in
+    ``rejected_path``."""
+
+    committed: int
+    journaled: int
+    rejected: int
+    replayed: int
+    journal_path: Path
+    rejected_path: Path
+
+    def __str__(self) -> str:
+        text = f"pgmem writer: {self.committed} committed"
+        if self.replayed:
+            text += f" ({self.replayed} replayed from the journal)"
+        text += f", {self.journaled} waiting in the journal {self.journal_path}"
+        if self.rejected:
+            text += f", {self.rejected} rejected (kept in {self.rejected_path})"
+        return text
+
+
+@dataclass
+class _Write:
+    seq: int
+    entry: dict[str, Any]  # the journal form: JSON-ready
+
+
+def _new_id() -> UUID:
+    return uuid.uuid4()
+
+
+def default_client_name(memory: Any) -> str:
+    """``<user>.<agent>`` of the client (``_`` for a missing part), reduced to journal-name characters."""
+    parts = [memory.user_id or "_", memory.agent_id or "_"]
+    name = ".".join(re.sub(r"[^A-Za-z0-9_.@-]", "_", p) for p in parts)
+    return ("w" + name if not name[0].isalnum() else name)[:128]
+
+
+class BackgroundWriter:
+    """Batches writes in a background thread; never drops one it accepted (see the module documentation).
+
+    ``memory``: the :class:`~pgmem.Memory` whose pool, embedder, space and identity are used (``submit`` may
+    name another ``user_id`` when the login is a gateway). ``max_queue``: writes held in memory before
+    ``submit`` waits. ``batch_size``: writes per ``pgmem.add_batch`` (1..10000). ``flush_interval``: seconds
+    a batch waits to fill. ``put_timeout``: seconds ``submit`` waits on a full queue before
+    :class:`QueueFull` (None: wait as long as it takes). ``client_name``: names the journal file (default
+    ``<user>.<agent>``); two live writers may not share one. ``journal_dir``: default
+    :func:`pgmem.journal.journal_dir`. ``on_durable``: called from the writer thread with a list of
+    :class:`Ack` as writes become durable. ``connect_timeout``: seconds to wait for a pooled connection.
+    ``shutdown_timeout``: seconds the SIGTERM and exit handlers spend committing before they journal the rest.
+    Raises :class:`pgmem.journal.JournalBusy` when another live writer holds the client name.
+    """
+
+    def __init__(self, memory: Any, *, max_queue: int = 10_000, batch_size: int = 256, flush_interval: float = 0.2,
+                 put_timeout: float | None = None, client_name: str | None = None,
+                 journal_dir: Path | str | None = None, on_durable: Callable[[list[Ack]], None] | None = None,
+                 connect_timeout: float = 5.0, shutdown_timeout: float = 10.0, handle_signals: bool = True) -> None:
+        if not 1 <= int(max_queue):
+            raise ValidationError("max_queue must be at least 1", field="max_queue")
+        if not 1 <= int(batch_size) <= v.MAX_BATCH:
+            raise ValidationError(f"batch_size must be from 1 to {v.MAX_BATCH}", field="batch_size")
+        if flush_interval < 0 or (put_timeout is not None and put_timeout < 0):
+            raise ValidationError("flush_interval and put_timeout must be >= 0", field="flush_interval")
+        self.memory = memory
+        self.max_queue = int(max_queue)
+        self.batch_size = int(batch_size)
+        self.flush_interval = float(flush_interval)
+        self.put_timeout = put_timeout
+        self.connect_timeout = float(connect_timeout)
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.on_durable = on_durable
+        self.client_name = check_name(client_name or default_client_name(memory))
+        self.journal = Journal(self.client_name, journal_dir)
+        self._cond = threading.Condition(threading.RLock())  # RLock: the SIGTERM handler may interrupt a holder
+        self._queue: deque[_Write] = deque()
+        self._inflight: list[_Write] = []
+        self._seq = 0  # writes accepted
+        self._done_seq = 0  # every write up to this one is durable
+        self._flush_wanted = 0
+        self._closing = False
+        self._abandoned = False  # close() took over after its timeout: the thread must not touch state
+        self._deadline: float | None = None  # after it, batches go to the journal instead of the database
+        self._next_replay = 0.0
+        self._backoff = 0.5
+        self._clients: dict[tuple[str | None, str], Any] = {}
+        self._failure: BaseException | None = None
+        self.committed = 0
+        self.replayed = 0
+        self.rejected = 0
+        self._report: WriterReport | None = None
+        self._close_lock = threading.RLock()
+        self._thread = threading.Thread(target=self._run, name=f"pgmem-writer-{self.client_name}", daemon=True)
+        self._thread.start()
+        _register(self, handle_signals)
+        with _hooks_lock:
+            _by_pool.setdefault(memory.pool, weakref.WeakSet()).add(self)
+
+    # --- accepting writes ---------------------------------------------------------------------------------
+    def submit(self, content: str, *, metadata: Mapping[str, Any] | None = None, agent_id: str | None = None,
+               session_id: str | None = None, expires_at: datetime | None = None,
+               created_at: datetime | None = None, embedding: Any = None, user_id: str | None = ...,
+               id: UUID | str | None = None, timeout: float | None = ...) -> UUID:
+        """Accept one write and return its client id (``id``, else a new uuid4). Validated at once, like
+        :meth:`Memory.add` (ValidationError; nothing accepted). ``user_id``: another user to write for
+        (gateway logins; default the client's). ``timeout``: overrides ``put_timeout`` for this call.
+        Blocks while the queue is full; raises QueueFull after the timeout, WriterClosed after close()."""
+        item = {"content": content, "metadata": metadata, "agent_id": agent_id, "session_id": session_id,
+                "expires_at": expires_at, "created_at": created_at, "embedding": embedding, "id": id}
+        from .client import check_item
+
+        it = check_item(item)
+        user = self.memory.user_id if user_id is ... else v.check_id(user_id, "user_id")
+        emb = it["embedding"]
+        if emb is not None:  # the dims are checked again against the space when it is stored
+            space = self.memory._space
+            dims = space.dims if space is not None else len(emb) if np.ndim(emb) == 1 else -1
+            it["embedding"] = v.check_vector(emb, dims).tolist()
+        entry = {"id": str(it["id"] or _new_id()), "user_id": user, "space": self.memory.space_name,
+                 "content": it["content"], "metadata": it["metadata"],
+                 "agent_id": it["agent_id"] or self.memory.agent_id,
+                 "session_id": it["session_id"], "expires_at": it["expires_at"], "created_at": it["created_at"],
+                 "embedding": it["embedding"], "accepted_at": datetime.now(timezone.utc)}
+        wait = self.put_timeout if timeout is ... else timeout
+        deadline = None if wait is None else time.monotonic() + wait
+        with self._cond:
+            while True:
+                self._check_usable()
+                if len(self._queue) < self.max_queue:
+                    break
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if threading.current_thread() is self._thread:
+                    remaining = 0  # an on_durable callback: waiting for the writer's own thread would never end
+                if remaining is not None and remaining <= 0:
+                    raise QueueFull(f"the writer's queue held {self.max_queue} writes for {wait} s; "
+                                    "this write was not accepted",
+                                    hint="raise max_queue or put_timeout, or write less often")
+                self._cond.wait(remaining)
+            self._seq += 1
+            self._queue.append(_Write(self._seq, entry))
+            self._cond.notify_all()
+        return UUID(entry["id"])
+
+    def _check_usable(self) -> None:
+        if self._closing:
+            raise WriterClosed(f"the writer {self.client_name!r} is closed")
+        if self._failure is not None:
+            raise PgmemError(f"the writer {self.client_name!r} stopped: {self._failure!r}") from self._failure
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every write accepted before this call is committed, journaled or rejected; returns how
+        many of them are still pending (0 unless ``timeout`` seconds passed first)."""
+        self._not_writer_thread("flush")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            target = self._seq
+            self._flush_wanted = max(self._flush_wanted, target)
+            self._cond.notify_all()
+            while self._done_seq < target and not self._abandoned:
+                if self._failure is not None:
+                    raise PgmemError(f"the writer {self.client_name!r} stopped: {self._failure!r}") from self._failure
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._cond.wait(remaining if remaining is not None else 1.0)
+            return max(0, target - self._done_seq) if not self._abandoned else 0
+
+    def stats(self) -> dict[str, int | bool]:
+        """Counters: ``queued`` (in memory), ``committed``, ``replayed``, ``journaled`` (waiting in the journal),
+        ``rejected``, ``offline`` (True while the journal holds writes)."""
+        with self._cond:
+            return {"queued": len(self._queue) + len(self._inflight), "committed": self.committed,
+                    "replayed": self.replayed, "journaled": self.journal.pending if not self.journal.closed else 0,
+                    "rejected": self.rejected, "offline": bool(not self.journal.closed and self.journal.pending)}
+
+    # --- closing ------------------------------------------------------------------------------------------
+    def close(self, timeout: float | None = None) -> WriterReport:
+        """Stop accepting writes, drain the queue and return a :class:`WriterReport`. With ``timeout``
+        (seconds), writes not committed by then are appended to the journal instead (an in-flight batch too:
+        its client ids make a double delivery harmless). Idempotent; the report is logged (a warning when
+        writes wait in the journal or were rejected)."""
+        self._not_writer_thread("close")
+        with self._close_lock:
+            if self._report is not None:
+                return self._report
+            self._begin_close(timeout)
+            return self._finish_close(timeout)
+
+    def _begin_close(self, timeout: float | None) -> None:
+        """Stop accepting writes and set the deadline after which the rest goes to the journal."""
+        with self._cond:
+            self._closing = True
+            if timeout is not None:
+                deadline = time.monotonic() + timeout
+                self._deadline = deadline if self._deadline is None else min(self._deadline, deadline)
+            self._cond.notify_all()
+
+    def _finish_close(self, timeout: float | None) -> WriterReport:
+        self._thread.join(None if self._deadline is None else max(0.0, self._deadline - time.monotonic()) + 1.0)
+        if self._thread.is_alive():
+            # The thread is stuck in a database call: keep everything not yet durable in the journal.
+            with self._cond:
+                self._abandoned = True
+                rest = self._inflight + list(self._queue)
+                self._queue.clear()
+                self._inflight = []
+                self._cond.notify_all()
+            self.journal.append([w.entry for w in rest])
+            self._ack([Ack(UUID(w.entry["id"]), "journaled") for w in rest])
+        report = WriterReport(self.committed, self.journal.pending, self.rejected, self.replayed, self.journal.path,
+                              self.journal.rejected_path)
+        self.journal.close()
+        with self._cond:
+            self._report = report
+            self._cond.notify_all()
+        _unregister(self)
+        (log.warning if report.journaled or report.rejected else log.info)("%s", report)
+        return report
+
+    def __enter__(self) -> BackgroundWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _not_writer_thread(self, what: str) -> None:
+        if threading.current_thread() is self._thread:
+            raise PgmemError(f"{what}() cannot be called from the writer's own thread (an on_durable callback)")
+
+    # --- the thread ---------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                batch = self._take()
+                if batch is None:
+                    break
+                if self.journal.pending and not self._closing and time.monotonic() >= self._next_replay:
+                    self._replay()
+                if batch:
+                    if self.journal.pending or self._past_deadline():
+                        self._to_journal(batch)
+                    else:
+                        self._commit(batch)
+                    self._finish(batch)
+            if self.journal.pending and not self._past_deadline() and not self._abandoned:
+                self._replay()
+        except BaseException as exc:  # a bug: make it loud, keep what is queued
+            if self._abandoned:
+                return  # close() took over and closed the journal
+            log.exception("pgmem writer %r failed", self.client_name)
+            with self._cond:
+                self._failure = exc
+                rest = [] if self._abandoned else self._inflight + list(self._queue)
+                self._queue.clear()
+                self._inflight = []
+                self._cond.notify_all()
+            try:
+                self.journal.append([w.entry for w in rest])
+                with self._cond:
+                    self._done_seq = self._seq
+                    self._cond.notify_all()
+            except Exception:
+                log.exception("pgmem writer %r could not journal %d writes", self.client_name, len(rest))
+
+    def _past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _take(self) -> list[_Write] | None:
+        """The next batch (oldest first); [] when a replay is due; None when closed and drained."""
+        with self._cond:
+            first_at = None
+            while True:
+                if self._abandoned:
+                    return None
+                n = len(self._queue)
+                now = time.monotonic()
+                replaying = self.journal.pending and not self._closing  # closing: one replay at the end
+                if replaying and now >= self._next_replay:
+                    return []
+                if n and first_at is None:
+                    first_at = now
+                urgent = self._closing or (self._queue and self._flush_wanted >= self._queue[0].seq)
+                if n >= self.batch_size or (n and (urgent or now - first_at >= self.flush_interval)):
+                    break
+                if not n and self._closing:
+                    return None
+                waits = [self.flush_interval - (now - first_at)] if n else []
+                if replaying:
+                    waits.append(self._next_replay - now)
+                self._cond.wait(max(0.001, min(waits)) if waits else None)
+            batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
+            self._inflight = batch
+            self._cond.notify_all()  # room in the queue
+            return batch
+
+    def _finish(self, batch: list[_Write]) -> None:
+        with self._cond:
+            if self._abandoned:
+                return
+            self._inflight = []
+            self._done_seq = batch[-1].seq
+            self._cond.notify_all()
+
+    def _ack(self, acks: list[Ack]) -> None:
+        if self.on_durable is None or not acks:
+            return
+        try:
+            self.on_durable(acks)
+        except Exception:
+            log.exception("pgmem writer %r: the on_durable callback failed", self.client_name)
+
+    def _to_journal(self, batch: list[_Write]) -> None:
+        if self._abandoned:
+            return
+        self.journal.append([w.entry for w in batch])
+        self._ack([Ack(UUID(w.entry["id"]), "journaled") for w in batch])
+
+    def _commit(self, batch: list[_Write]) -> None:
+        """Store a batch, one add_many per user and space; what cannot be stored now goes to the journal."""
+        groups: dict[tuple[str | None, str], list[_Write]] = {}
+        for w in batch:
+            groups.setdefault((w.entry["user_id"], w.entry["space"]), []).append(w)
+        for key, writes in groups.items():
+            if self._abandoned:
+                return
+            if self.journal.pending:  # an earlier group of this batch went to the journal
+                self._to_journal(writes)
+                continue
+            stored, err = self._store(key, [w.entry for w in writes], retry=True)
+            if err is not None:
+                log.warning("pgmem writer %r: %s; %d writes go to the journal %s", self.client_name, err,
+                            len(writes) - stored, self.journal.path)
+                self._to_journal(writes[stored:])
+                self._schedule_replay(failed=True)
+
+    def _schedule_replay(self, failed: bool) -> None:
+        if failed:
+            self._next_replay = time.monotonic() + self._backoff
+            self._backoff = min(5.0, self._backoff * 2)
+        else:
+            self._backoff = 0.5
+            self._next_replay = 0.0
+
+    def _store(self, key: tuple[str | None, str], entries: list[dict[str, Any]], *, retry: bool,
+               replay: bool = False) -> tuple[int, PgmemError | None]:
+        """Commit ``entries`` (one user and space), in order; refused ones are rejected. Returns how many
+        leading entries are done (committed or rejected), and the transient error that stopped the rest."""
+        try:
+            results = self._add_many(key, entries, retry=retry)
+        except PgmemError as exc:
+            if is_transient(exc):
+                return 0, exc
+            if len(entries) > 1:  # find the bad ones: the others must still land, in order
+                for i, e in enumerate(entries):
+                    done, err = self._store(key, [e], retry=retry, replay=replay)
+                    if err is not None:
+                        return i, err
+                return len(entries), None
+            if not self._abandoned:
+                self.journal.reject(entries, str(exc))
+                self.rejected += 1
+                log.error("pgmem writer %r: write %s rejected: %s (kept in %s)", self.client_name,
+                          entries[0]["id"], exc, self.journal.rejected_path)
+                self._ack([Ack(UUID(entries[0]["id"]), "rejected", error=str(exc))])
+            return 1, None
+        if not self._abandoned:
+            self.committed += len(entries)
+            if replay:
+                self.replayed += len(entries)
+            self._ack([Ack(UUID(e["id"]), "committed", r.id, r.created) for e, r in zip(entries, results)])
+        return len(entries), None
+
+    def _client(self, key: tuple[str | None, str]) -> Any:
+        client = self._clients.get(key)
+        if client is None:
+            user, space = key
+            client = self.memory.with_identity(user_id=user)
+            if space != client.space_name:
+                client.space_name, client._space = space, None
+                client._space_lock = threading.Lock()
+            self._clients[key] = client
+        return client
+
+    def _add_many(self, key: tuple[str | None, str], entries: list[dict[str, Any]], *, retry: bool) -> list:
+        client = self._client(key)
+        items = [_item(e) for e in entries]
+        attempts = 2 if retry else 1
+        attempt = 1
+        while True:
+            try:
+                try:
+                    with self.memory.pool.connection(timeout=self.connect_timeout) as conn:
+                        return client.add_many(items, conn=conn)
+                except PoolTimeout as exc:
+                    if self._pool_busy() and not self._past_deadline() and not self._abandoned:
+                        continue  # every connection is in use by other callers: the database is fine, wait on
+                    raise from_psycopg(exc) from exc
+                except psycopg.Error as exc:  # from the pool itself (PoolClosed)
+                    raise from_psycopg(exc) from exc
+            except PgmemError as exc:
+                if not is_transient(exc) or attempt >= attempts:
+                    raise
+                log.info("pgmem writer %r: %s; retrying once", self.client_name, exc)
+                attempt += 1
+                time.sleep(0.1)
+
+    def _pool_busy(self) -> bool:
+        """After a PoolTimeout: whether the database answers a fresh connection, so the timeout only means
+        every pooled connection is lent out (contention: wait on) rather than an unreachable database."""
+        pool = self.memory.pool
+        try:
+            kwargs = {**(getattr(pool, "kwargs", None) or {}), "connect_timeout": max(1, int(self.connect_timeout))}
+            with psycopg.connect(pool.conninfo, **kwargs):
+                return True
+        except Exception:
+            return False
+
+    def _replay(self) -> None:
+        """Replay the journal in order, a batch at a time, until it is empty or the database fails again."""
+        while self.journal.pending and not self._abandoned:
+            if self._past_deadline():
+                return
+            read = self.journal.read(self.batch_size)
+            if not read:
+                self.journal.done(self.journal._offset, self.journal.pending)
+                break
+            # Runs of consecutive writes of one user and space, so that progress is exact and in order.
+            runs: list[list[tuple[dict[str, Any], int]]] = []
+            for e, end in read:
+                if runs and _key(runs[-1][0][0], self.memory) == _key(e, self.memory):
+                    runs[-1].append((e, end))
+                else:
+                    runs.append([(e, end)])
+            for run in runs:
+                stored, err = self._store(_key(run[0][0], self.memory), [e for e, _ in run], retry=False, replay=True)
+                if self._abandoned:
+                    return
+                if stored:
+                    self.journal.done(run[stored - 1][1], stored)
+                if err is not None:
+                    log.info("pgmem writer %r: replay paused (%s); %d writes wait in %s", self.client_name, err,
+                             self.journal.pending, self.journal.path)
+                    self._schedule_replay(failed=True)
+                    return
+        self._schedule_replay(failed=False)
+        if not self.journal.pending:
+            log.info("pgmem writer %r: the journal is replayed", self.client_name)
+
+
+def _key(entry: dict[str, Any], memory: Any) -> tuple[str | None, str]:
+    return entry.get("user_id"), entry.get("space") or memory.space_name
+
+
+def _revive_time(value: Any) -> Any:
+    """An ISO 8601 text with an offset read back from the journal becomes an aware datetime again."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+        return parsed if parsed.utcoffset() is not None else value
+    return value
+
+
+def _item(entry: dict[str, Any]) -> dict[str, Any]:
+    """The add_many item of a queued or journaled write."""
+    return {"id": entry["id"], "content": entry["content"], "metadata": entry.get("metadata") or {},
+            "agent_id": entry.get("agent_id"), "session_id": entry.get("session_id"),
+            "expires_at": _revive_time(entry.get("expires_at")), "created_at": _revive_time(entry.get("created_at")),
+            "embedding": entry.get("embedding")}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Exit and SIGTERM: close every open writer
+# --------------------------------------------------------------------------------------------------------
+_open: weakref.WeakSet[BackgroundWriter] = weakref.WeakSet()
+_by_pool: weakref.WeakKeyDictionary[Any, weakref.WeakSet[BackgroundWriter]] = weakref.WeakKeyDictionary()
+_hooks_lock = threading.Lock()
+_atexit_registered = False
+_sigterm_installed = False
+
+
+def _register(writer: BackgroundWriter, handle_signals: bool) -> None:
+    global _atexit_registered
+    with _hooks_lock:
+        _open.add(writer)
+        if not _atexit_registered:
+            atexit.register(_close_all)
+            _atexit_registered = True
+        if handle_signals:
+            _install_sigterm()
+
+
+def _unregister(writer: BackgroundWriter) -> None:
+    with _hooks_lock:
+        _open.discard(writer)
+
+
+def close_writers(pool: Any) -> None:
+    """Close (drain) every open writer using ``pool``: :meth:`pgmem.Memory.close` does so before it closes
+    the pool, whichever client of that pool (``with_identity``) made the writer."""
+    with _hooks_lock:
+        writers = list(_by_pool.get(pool, ()))
+    for writer in writers:
+        writer.close()
+
+
+def _close_all() -> None:
+    writers = list(_open)
+    for writer in writers:  # all at once, so that each gets its whole shutdown_timeout
+        writer._begin_close(writer.shutdown_timeout)
+    for writer in writers:
+        try:
+            writer.close(timeout=writer.shutdown_timeout)
+        except Exception:
+            log.exception("pgmem writer %r: close at exit failed", writer.client_name)
+
+
+def _install_sigterm() -> None:
+    """Install the SIGTERM handler once, only from the main thread and only over the default action."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the application handles SIGTERM; its orderly exit runs the atexit drain
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _sigterm_installed = True
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    global _sigterm_installed
+    _close_all()
+    # Then the previous (default) action: terminate by SIGTERM, as without pgmem.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _sigterm_installed = False
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+__all__ = ["Ack", "BackgroundWriter", "QueueFull", "WriterClosed", "WriterReport", "default_client_name",
+           "is_transient"]
