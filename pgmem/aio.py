@@ -60,7 +60,8 @@ class AsyncMemory(MemoryBase):
 
     Arguments as for :class:`~pgmem.Memory` (``dsn``, ``user_id``, ``agent_id``, ``space``, ``embedder``,
     ``role``, ``pool`` (a psycopg ``AsyncConnectionPool``), ``min_size``, ``max_size``, ``contextual``).
-    Errors: :mod:`pgmem.errors`. No background writer here: that one is a thread (``Memory.writer``).
+    Errors: :mod:`pgmem.errors`. :meth:`writer` gives the same background writer as ``Memory.writer``,
+    with awaitable methods.
     """
 
     def __init__(self, dsn: str | None = None, *, user_id: str | None = None, agent_id: str | None = None,
@@ -113,8 +114,25 @@ class AsyncMemory(MemoryBase):
             self._shared["pool"] = pool
         return self
 
+    async def writer(self, **kw: Any) -> AsyncWriter:
+        """The background writer of :meth:`pgmem.Memory.writer` (same batching, backpressure, journal and
+        guarantees, docs/durability.md) for this client's database, identity, space and embedder, with
+        awaitable ``submit``, ``flush`` and ``close`` that never block the event loop. It runs in a thread
+        with a small pool of its own (2 connections); ``close()`` of this client drains it."""
+        await self.open()
+        from .client import Memory
+
+        sync = await asyncio.to_thread(
+            Memory, self.dsn, user_id=self.user_id, agent_id=self.agent_id, space=self.space_name,
+            embedder=self._embedder, role=self.role, min_size=1, max_size=2, contextual=self.contextual)
+        w = AsyncWriter(sync, sync.writer(**kw))
+        self._shared.setdefault("writers", []).append(w)
+        return w
+
     async def close(self) -> None:
-        """Close the connection pool (when this client created it)."""
+        """Close the connection pool (when this client created it), after draining its writers."""
+        for w in self._shared.pop("writers", []):
+            await w.close()
         if self._owns_pool and self._shared["pool"] is not None:
             await self._shared["pool"].close()
 
@@ -320,3 +338,31 @@ class AsyncMemory(MemoryBase):
 
 
 __all__ = ["AsyncMemory"]
+
+
+class AsyncWriter:
+    """:class:`pgmem.writer.BackgroundWriter` for asyncio: the same writer thread, awaited from the loop.
+
+    ``await submit(content, **kw)`` returns the client id (waits, off the loop, while the queue is full,
+    or raises ``QueueFull`` after the writer's ``put_timeout``); ``await flush()``; ``await close()``
+    returns the :class:`pgmem.writer.WriterReport` and closes the writer's own pool.
+    """
+
+    def __init__(self, memory: Any, writer: Any) -> None:
+        self._memory = memory
+        self.writer = writer
+        self._closed = False
+
+    async def submit(self, content: str, **kw: Any) -> Any:
+        return await asyncio.to_thread(self.writer.submit, content, **kw)
+
+    async def flush(self, timeout: float | None = None) -> int:
+        return await asyncio.to_thread(self.writer.flush, timeout)
+
+    async def close(self, timeout: float | None = None) -> Any:
+        if self._closed:
+            return None
+        self._closed = True
+        report = await asyncio.to_thread(self.writer.close, timeout)
+        await asyncio.to_thread(self._memory.close)
+        return report

@@ -225,3 +225,31 @@ def test_lazy_open_and_clear_errors(dsn):
             await AsyncMemory.connect("postgresql://postgres@/no_such_database?host=/nonexistent", user_id="x")
 
     asyncio.run(main())
+
+
+def test_async_writer_commits_everything_without_blocking_the_loop(dsn, admin, tmp_path):
+    async def main():
+        async with amemory(dsn, user_id="alice") as mem:
+            writer = await mem.writer(client_name="async-t", journal_dir=tmp_path, batch_size=50,
+                                      flush_interval=0.01)
+            ticks = 0
+
+            async def ticker():  # the loop keeps running while writes are handed over
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.001)
+
+            t = asyncio.create_task(ticker())
+            ids = [await writer.submit(f"async fact {i}", session_id="s") for i in range(300)]
+            await writer.flush()
+            report = await writer.close()
+            t.cancel()
+            assert len(set(ids)) == 300 and ticks > 0
+            return report
+
+    report = asyncio.run(main())
+    assert report.committed == 300 and report.journaled == 0
+    rows = admin.execute("SELECT count(*), count(DISTINCT id) FROM pgmem.memories"
+                         " WHERE user_id = 'alice' AND content LIKE 'async fact %'").fetchone()
+    assert rows == (300, 300)
