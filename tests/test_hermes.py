@@ -34,7 +34,8 @@ PROBE = textwrap.dedent("""\
 def _probe(python: Path) -> dict | None:
     if not python.exists():
         return None
-    done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=120)
+    # cwd outside any checkout: `python -c` puts the cwd first on sys.path, which would hide what the venv imports.
+    done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=120, cwd=str(VENV))
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
