@@ -5,7 +5,10 @@ The API lives in SQL (schema ``pgmem``); this package is a thin psycopg 3 wrappe
 """
 
 from .aio import AsyncMemory
-from .client import AddResult, HistoryEvent, Memory, MemoryRecord, Page, Space, SpaceStats
+from .client import (
+    AddResult, Context, ContextItem, HistoryEvent, Memory, MemoryRecord, Page, PurgeResult, Source, Space, SpaceStats,
+    Turn,
+)
 from .embedders import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder
 from .errors import (
     AmbiguousEdit,
@@ -37,5 +40,5 @@ __all__ = [
     "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
     "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
-    "QueueFull", "ValidationError", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder",
+    "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder",
 ]

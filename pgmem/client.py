@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -52,7 +52,11 @@ GATEWAY_ROLE = "pgmem_gateway"
 class MemoryRecord:
     """One memory. Search results also carry ``similarity``, the cosine similarity of the memory's embedding to
     the query in [-1, 1]; hybrid and text search add ``score`` (the fused rank score, higher is better),
-    ``text_score`` (raw BM25) and ``vector_score`` (best sentence + context cosine, in [-2, 2])."""
+    ``text_score`` (raw BM25) and ``vector_score`` (best sentence + context cosine, in [-2, 2]).
+
+    ``expires_at`` is the effective expiry (its own, else ``created_at`` + the space's memory TTL). Validity:
+    the fact holds from ``valid_from`` until ``valid_to`` (None: still holds); ``superseded_by`` names the
+    memory that replaced it (:meth:`Memory.supersede`)."""
 
     id: UUID
     user_id: str
@@ -69,6 +73,9 @@ class MemoryRecord:
     score: float | None = None
     text_score: float | None = None
     vector_score: float | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    superseded_by: UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,78 @@ class HistoryEvent:
     actor_agent_id: str | None
     actor_role: str
     created_at: datetime
+    related_id: UUID | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One conversation turn of a session (short-term memory). ``expires_at``: effective expiry (its own, else
+    ``created_at`` + the space's turn TTL); ``consolidated_at``: when :meth:`Memory.consolidate` summarised it."""
+
+    turn_id: int
+    session_id: str
+    agent_id: str | None
+    role: str
+    content: str
+    metadata: dict
+    created_at: datetime
+    expires_at: datetime | None
+    consolidated_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Source:
+    """A turn a consolidated memory came from; session, role, content and time are None once it is purged."""
+
+    turn_id: int
+    session_id: str | None
+    role: str | None
+    content: str | None
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """One line of an assembled context: ``source`` is ``"memory"`` (``memory_id``, ``score``) or ``"turn"``
+    (``turn_id``, ``role``); ``line`` is the labelled text put in the prompt, ``tokens`` its size in pgmem tokens
+    (``pgmem.token_count``: docs/lifecycle.md)."""
+
+    position: int
+    source: str
+    turn_id: int | None
+    memory_id: UUID | None
+    role: str | None
+    content: str
+    line: str
+    tokens: int
+    score: float | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Context:
+    """What :meth:`Memory.context` assembled: memories (most relevant first), then the session's recent turns
+    (oldest first). ``tokens`` (their sum) never exceeds ``budget_tokens``."""
+
+    items: list[ContextItem]
+    budget_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return sum(i.tokens for i in self.items)
+
+    def render(self) -> str:
+        """The lines joined by newlines: the text for the prompt (white space costs no tokens)."""
+        return "\n".join(i.line for i in self.items)
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    """Rows removed by one purge: expired memories, expired turns, and history events of expired memories."""
+
+    memories: int
+    turns: int
+    history: int
 
 
 @dataclass(frozen=True)
@@ -105,6 +184,8 @@ class Space:
     hnsw_ef_construction: int | None
     created_at: datetime
     text_config: str | None = None
+    memory_ttl: timedelta | None = None
+    turn_ttl: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -476,13 +557,14 @@ class MemoryBase:
             "filter": Jsonb(flt) if flt is not None else None, "confirm": confirm, "actor": self.agent_id})
 
     def _list_params(self, agent_id: Any, session_id: Any, filter: Any, limit: int, cursor: str | None,
-                     created_after: Any, created_before: Any, contains: Any) -> dict[str, Any]:
+                     created_after: Any, created_before: Any, contains: Any, as_of: Any = None) -> dict[str, Any]:
         v.check_id(agent_id, "agent_id")
         v.check_id(session_id, "session_id")
         if contains is not None:
             v.check_text(contains, "contains")
         v.check_datetime(created_after, "created_after")
         v.check_datetime(created_before, "created_before")
+        v.check_datetime(as_of, "as_of")
         flt = v.check_filter(filter)
         after_ts, after_id = None, None
         if cursor:
@@ -495,7 +577,7 @@ class MemoryBase:
                                 "filter": Jsonb(flt) if flt is not None else None, "limit": limit,
                                 "after_created_at": after_ts, "after_id": after_id,
                                 "created_after": created_after, "created_before": created_before,
-                                "contains": contains})
+                                "contains": contains, "as_of": as_of})
 
     @staticmethod
     def _page(rows: list[dict], limit: int) -> Page:
@@ -504,7 +586,8 @@ class MemoryBase:
         return Page(items, nxt)
 
     def _search_args(self, query: Any, embedding: Any, k: Any, filter: Any, agent_id: Any, session_id: Any,
-                     min_similarity: Any, created_after: Any, created_before: Any, mode: Any) -> dict[str, Any]:
+                     min_similarity: Any, created_after: Any, created_before: Any, mode: Any,
+                     as_of: Any = None) -> dict[str, Any]:
         if mode is None:  # min_similarity is a cosine threshold, so it selects vector mode
             mode = "hybrid" if query is not None and min_similarity is None else "vector"
         if mode not in ("hybrid", "vector", "text"):
@@ -521,6 +604,7 @@ class MemoryBase:
         v.check_id(session_id, "session_id")
         v.check_datetime(created_after, "created_after")
         v.check_datetime(created_before, "created_before")
+        v.check_datetime(as_of, "as_of")
         if mode == "vector" and (query is None) == (embedding is None):
             raise ValidationError("give either a query text or an embedding", field="query")
         if mode != "vector" and query is None:
@@ -529,7 +613,8 @@ class MemoryBase:
             v.check_query(query)
         return {"mode": mode, "query": query, "embedding": embedding, "k": k, "agent_id": agent_id,
                 "session_id": session_id, "filter": Jsonb(flt) if flt is not None else None,
-                "min_similarity": min_similarity, "created_after": created_after, "created_before": created_before}
+                "min_similarity": min_similarity, "created_after": created_after, "created_before": created_before,
+                "as_of": as_of}
 
     def _search_params(self, space: Space, s: dict[str, Any]) -> dict[str, Any]:
         """Parameters of ``search`` (mode vector) or ``search_hybrid`` (hybrid, text); embeds the query text."""
@@ -543,14 +628,141 @@ class MemoryBase:
             return _params("search", {"space": space.name, "embedding": vec, "k": s["k"], "agent_id": s["agent_id"],
                                       "session_id": s["session_id"], "filter": s["filter"],
                                       "min_similarity": s["min_similarity"], "model": model,
-                                      "created_after": s["created_after"], "created_before": s["created_before"]})
+                                      "created_after": s["created_after"], "created_before": s["created_before"],
+                                      "as_of": s["as_of"]})
         return _params("search_hybrid", {"space": space.name, "query": s["query"], "embedding": vec, "k": s["k"],
                                          "agent_id": s["agent_id"], "session_id": s["session_id"],
                                          "filter": s["filter"], "created_after": s["created_after"],
-                                         "created_before": s["created_before"], "model": model})
+                                         "created_before": s["created_before"], "model": model, "as_of": s["as_of"]})
 
     def _stats_params(self, all_spaces: bool) -> dict[str, Any]:
         return _params("stats", {"space": None if all_spaces else self.space_name})
+
+    # --- lifecycle: validity, turns, context, consolidation, retention, erasure (docs/lifecycle.md) -----------
+    def _supersede_params(self, space: Space, id: Any, content: Any, metadata: Any, valid_from: Any,
+                          expected_version: Any, embedding: Any) -> dict[str, Any]:
+        content = v.check_content(content)
+        meta = v.check_metadata(metadata)
+        v.check_datetime(valid_from, "valid_from")
+        if embedding is None:
+            vec, model, kinds, extra_vecs = self._sentences_in(space, content, meta)
+        else:
+            vec, model, kinds, extra_vecs = self._vector_in(space, embedding), None, None, None
+        return _params("supersede", {"id": id, "content": content, "embedding": vec,
+                                     "metadata": Jsonb(meta) if meta is not None else None, "valid_from": valid_from,
+                                     "agent_id": self.agent_id, "expected_version": expected_version, "model": model,
+                                     "vector_kinds": kinds, "vectors": extra_vecs})
+
+    def _invalidate_params(self, id: Any, valid_to: Any) -> dict[str, Any]:
+        v.check_datetime(valid_to, "valid_to")
+        return _params("invalidate", {"id": id, "valid_to": valid_to, "agent_id": self.agent_id})
+
+    @staticmethod
+    def _ttl(value: Any, field: str) -> timedelta | None:
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = timedelta(seconds=value)
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            raise ValidationError(f"{field} must be a positive timedelta (or seconds), got {value!r}", field=field)
+        return value
+
+    def _retention_params(self, memory_ttl: Any, turn_ttl: Any) -> dict[str, Any]:
+        return _params("set_retention", {"space": self.space_name, "memory_ttl": self._ttl(memory_ttl, "memory_ttl"),
+                                         "turn_ttl": self._ttl(turn_ttl, "turn_ttl")})
+
+    ROLES = ("user", "assistant", "system", "tool")
+
+    def _turn_params(self, space: Space, session_id: Any, role: Any, content: Any, metadata: Any, embed: bool,
+                     embedding: Any, expires_at: Any, created_at: Any) -> dict[str, Any]:
+        session_id = v.check_id(session_id, "session_id", optional=False)
+        if role not in self.ROLES:
+            raise ValidationError(f"role must be one of {', '.join(self.ROLES)}, got {role!r}", field="role")
+        content = v.check_content(content)
+        meta = v.check_metadata(metadata)
+        v.check_datetime(expires_at, "expires_at")
+        v.check_datetime(created_at, "created_at")
+        vec = model = None
+        if embedding is not None:
+            vec = self._vector_in(space, embedding)
+        elif embed:
+            vec, model = self._embed_in(space, [content])[0], space.model
+        return _params("append_turn", {"space": space.name, "session_id": session_id, "role": role, "content": content,
+                                       "agent_id": self.agent_id, "embedding": vec, "metadata": Jsonb(meta or {}),
+                                       "expires_at": expires_at, "model": model, "created_at": created_at})
+
+    def _turns_params(self, name: str, session_id: Any, n: Any) -> dict[str, Any]:
+        session_id = v.check_id(session_id, "session_id", optional=False)
+        top = 1000 if name == "recent_turns" else 10000
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= top:
+            raise ValidationError(f"n must be an integer from 1 to {top}, got {n!r}", field="n")
+        return _params(name, {"space": self.space_name, "session_id": session_id, "n": n})
+
+    def _context_params(self, space: Space, query: Any, session_id: Any, budget_tokens: Any, max_turns: Any,
+                        turn_share: Any, k: Any, filter: Any, embedding: Any) -> dict[str, Any]:
+        v.check_id(session_id, "session_id")
+        if query is not None:
+            v.check_query(query)
+        for name, val, lo, hi in (("budget_tokens", budget_tokens, 1, 1_000_000), ("max_turns", max_turns, 0, 1000),
+                                  ("k", k, 0, 1000)):
+            if not isinstance(val, int) or isinstance(val, bool) or not lo <= val <= hi:
+                raise ValidationError(f"{name} must be an integer from {lo} to {hi}, got {val!r}", field=name)
+        if isinstance(turn_share, bool) or not isinstance(turn_share, (int, float)) or not 0 <= turn_share <= 1:
+            raise ValidationError(f"turn_share must be in [0, 1], got {turn_share!r}", field="turn_share")
+        flt = v.check_filter(filter)
+        vec = model = None
+        if query is not None and k > 0:
+            if embedding is None:
+                vec, model = self._embed_in(space, [query])[0], space.model
+            else:
+                vec = self._vector_in(space, embedding)
+        return _params("context", {"space": space.name, "session_id": session_id, "query": query, "embedding": vec,
+                                   "budget_tokens": budget_tokens, "max_turns": max_turns,
+                                   "turn_share": float(turn_share), "k": k, "agent_id": None,
+                                   "filter": Jsonb(flt) if flt is not None else None, "model": model})
+
+    def _consolidate_params(self, space: Space, session_id: str, turns: Sequence[Turn], summary: Any) -> dict[str, Any]:
+        """Check the summariser's output (a list of strings or of dicts with ``content`` and optional
+        ``metadata``) and embed it."""
+        if isinstance(summary, (str, Mapping)) or not isinstance(summary, Sequence):
+            raise ValidationError("the summariser must return a list of strings or of {'content', 'metadata'} dicts",
+                                  field="summarise")
+        for i, item in enumerate(summary):
+            if isinstance(item, Mapping) and set(item) - {"content", "metadata"}:
+                raise ValidationError(f"a summary item takes content and metadata only, got {sorted(item)}",
+                                      field="summarise", index=i)
+        norm = [check_item(item, i) for i, item in enumerate(summary)]
+        contents = [n["content"] for n in norm]
+        metas = [Jsonb(n.get("metadata") or {}) for n in norm]
+        items, kinds, extra = [], [], []
+        vecs = []
+        if contents:
+            texts: list[str] = []
+            spans = []
+            for i, n in enumerate(norm):
+                ex = extra_texts(n["content"], n.get("metadata"), None) if self.contextual else []
+                spans.append((len(texts), len(ex)))
+                texts += [n["content"]] + [t for _, t in ex]
+                kinds += [k for k, _ in ex]
+                items += [i] * len(ex)
+            emb = self._embed_in(space, texts)
+            for (start, count) in spans:
+                vecs.append(emb[start])
+                extra += list(emb[start + 1:start + 1 + count])
+        return _params("consolidate", {"space": space.name, "session_id": session_id,
+                                       "turn_ids": [t.turn_id for t in turns], "contents": contents,
+                                       "embeddings": vecs, "metadata": metas, "agent_id": self.agent_id,
+                                       "model": space.model, "vector_items": items or None,
+                                       "vector_kinds": kinds or None, "vectors": extra or None})
+
+    @staticmethod
+    def _import_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        out = []
+        for i, r in enumerate(rows):
+            if not isinstance(r, Mapping) or r.get("kind") not in ("memory", "turn", "history"):
+                raise ValidationError(f"row {i}: expected an object of kind memory, turn or history", field="rows")
+            out.append(Jsonb(dict(r)))
+        return _params("import_user", {"rows": out})
 
 
 class Memory(MemoryBase):
@@ -792,18 +1004,20 @@ class Memory(MemoryBase):
     def list(self, *, agent_id: str | None = None, session_id: str | None = None,
              filter: Mapping[str, Any] | None = None, limit: int = 50, cursor: str | None = None,
              created_after: datetime | None = None, created_before: datetime | None = None,
-             contains: str | None = None, conn: psycopg.Connection | None = None) -> Page:
-        """This user's memories in this space, oldest first, ``limit`` (1..1000) per page. ``contains`` is a
-        literal, case-sensitive substring of the content. Time range: ``created_after <= t < created_before``."""
+             contains: str | None = None, as_of: datetime | None = None,
+             conn: psycopg.Connection | None = None) -> Page:
+        """This user's memories in this space that hold now (or at ``as_of``), oldest first, ``limit``
+        (1..1000) per page. ``contains`` is a literal, case-sensitive substring of the content. Time range:
+        ``created_after <= t < created_before``."""
         params = self._list_params(agent_id, session_id, filter, limit, cursor, created_after, created_before,
-                                   contains)
+                                   contains, as_of)
         self.space(conn=conn)
         return self._page(self._rows("list", params, conn), limit)
 
     def search(self, query: str | None = None, *, embedding: Any = None, k: int = 10,
                filter: Mapping[str, Any] | None = None, agent_id: str | None = None, session_id: str | None = None,
                min_similarity: float | None = None, created_after: datetime | None = None,
-               created_before: datetime | None = None, mode: str | None = None,
+               created_before: datetime | None = None, mode: str | None = None, as_of: datetime | None = None,
                conn: psycopg.Connection | None = None) -> list[MemoryRecord]:
         """The ``k`` memories that best answer ``query``, highest first; min(k, matching rows) of them for
         any tenant size. All agents of the user are searched unless ``agent_id`` is given.
@@ -812,10 +1026,12 @@ class Memory(MemoryBase):
         ``pgmem.search_hybrid``, see docs/recall.md), ``"vector"`` (cosine similarity in [-1, 1] only,
         ``pgmem.search``; the default when only ``embedding`` is given) or ``"text"`` (BM25 only, nothing
         embedded). ``filter`` operators: docs/filters.md. ``min_similarity`` (a cosine threshold) applies to
-        vector mode, which it selects when ``mode`` is not given.
+        vector mode, which it selects when ``mode`` is not given. Only memories that hold now are searched;
+        ``as_of`` (a past time) searches what held then instead (superseded facts included, deleted and
+        expired ones not).
         Raises ValidationError (empty query, k outside 1..1000, unknown mode), InvalidFilter, DimensionMismatch."""
         s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
-                              created_before, mode)
+                              created_before, mode, as_of)
         params = self._search_params(self.space(conn=conn), s)
         if s["mode"] == "vector":
             rows = self._rows("search", params, conn)
@@ -834,10 +1050,135 @@ class Memory(MemoryBase):
         rows = self._rows("stats", self._stats_params(all_spaces), conn)
         return [_row(SpaceStats, r) for r in rows]
 
+    # --- validity -------------------------------------------------------------------------------------------
+    def supersede(self, id: UUID | str, content: str, *, metadata: Mapping[str, Any] | None = None,
+                  valid_from: datetime | None = None, expected_version: int | None = None, embedding: Any = None,
+                  conn: psycopg.Connection | None = None) -> MemoryRecord:
+        """Replace a fact without losing it: memory ``id`` stops holding at ``valid_from`` (default now) and
+        points to a new memory with ``content`` (metadata: the old merged with ``metadata``), which is returned.
+        Search then finds the new fact; ``search(..., as_of=<earlier time>)`` still finds the old one;
+        :meth:`chain` and :meth:`history` show the line. Raises NotFound, VersionConflict (already superseded
+        or invalidated, or ``expected_version`` differs), ValidationError."""
+        params = self._supersede_params(self.space(conn=conn), id, content, metadata, valid_from, expected_version,
+                                        embedding)
+        return _row(MemoryRecord, self._rows("supersede", params, conn)[0])
+
+    def invalidate(self, id: UUID | str, *, valid_to: datetime | None = None,
+                   conn: psycopg.Connection | None = None) -> MemoryRecord:
+        """Mark a fact as no longer holding from ``valid_to`` (default now), with no successor; it stays
+        readable by id, in history and as of earlier times. Raises NotFound, VersionConflict."""
+        return _row(MemoryRecord, self._rows("invalidate", self._invalidate_params(id, valid_to), conn)[0])
+
+    def chain(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> list[MemoryRecord]:
+        """The supersede line through memory ``id``, oldest fact first (empty for an unknown id)."""
+        return [_row(MemoryRecord, r) for r in self._rows("chain", {"id": id}, conn)]
+
+    # --- retention ------------------------------------------------------------------------------------------
+    def set_retention(self, memory_ttl: timedelta | float | None, turn_ttl: timedelta | float | None = None, *,
+                      conn: psycopg.Connection | None = None) -> Space:
+        """Set this space's time-to-live of memories (None: keep them) and, if given, of turns (default 7 days);
+        a number is seconds. Applies at once to every memory and turn without its own ``expires_at``, counted
+        from its ``created_at``. Needs the schema owner or a gateway role (IdentityError otherwise)."""
+        self.space(conn=conn)
+        row = self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn)[0]
+        self._space = None
+        return _row(Space, row)
+
+    def purge(self, *, limit: int = 10000, conn: psycopg.Connection | None = None) -> PurgeResult:
+        """Physically remove expired memories and turns of every user (at most ``limit`` of each) and the
+        history of expired memories (an EXPIRE tombstone stays); returns the counts. Expired rows are invisible
+        already. Needs a superuser or BYPASSRLS role (IdentityError otherwise); schedule it (docs/lifecycle.md)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValidationError(f"limit must be a positive integer, got {limit!r}", field="limit")
+        return _row(PurgeResult, self._rows("purge", {"limit": limit}, conn)[0])
+
+    def erase_user(self, user_id: str, *, conn: psycopg.Connection | None = None) -> dict[str, int]:
+        """Right to erasure: delete everything pgmem holds of ``user_id`` (memories, extra vectors, turns,
+        sources, history, role bindings) in one transaction, writing no history; returns rows deleted per
+        table. Other users are untouched. Local writer journals are separate: :func:`pgmem.journal.erase_user`.
+        Needs a superuser or BYPASSRLS role (IdentityError otherwise)."""
+        user_id = v.check_id(user_id, "user_id", optional=False)
+        return {r["table_name"]: int(r["rows"]) for r in self._rows("erase_user", {"user_id": user_id}, conn)}
+
+    def export(self, *, embeddings: bool = True, conn: psycopg.Connection | None = None) -> list[dict]:
+        """Everything pgmem holds of this user as JSON-ready dicts (JSONL lines): ``kind`` memory (all of them,
+        superseded and expired included; with ``embedding`` and extra ``vectors`` unless ``embeddings`` is
+        False), turn, history. :meth:`import_rows` reads them back."""
+        return [r["row"] for r in self._rows("export_user", {"embeddings": bool(embeddings)}, conn)]
+
+    def import_rows(self, rows: Sequence[Mapping[str, Any]], *,
+                    conn: psycopg.Connection | None = None) -> dict[str, dict[str, int]]:
+        """Import rows of :meth:`export` for this user, all or nothing: memories keep their ids, times,
+        validity, metadata and embeddings; turns get new ids. History rows are not replayed (counted as
+        skipped). Returns ``{kind: {"imported": n, "skipped": n}}``."""
+        out = self._rows("import_user", self._import_rows(rows), conn)
+        return {r["kind"]: {"imported": int(r["imported"]), "skipped": int(r["skipped"])} for r in out}
+
+    # --- session turns, context, consolidation ----------------------------------------------------------------
+    def append_turn(self, session_id: str, role: str, content: str, *, metadata: Mapping[str, Any] | None = None,
+                    embed: bool = False, embedding: Any = None, expires_at: datetime | None = None,
+                    created_at: datetime | None = None, conn: psycopg.Connection | None = None) -> Turn:
+        """Append a turn (``role``: user, assistant, system or tool) to a session of this user. It expires after
+        the space's turn TTL (default 7 days) unless ``expires_at``. ``embed=True`` stores its embedding.
+        Raises ValidationError."""
+        params = self._turn_params(self.space(conn=conn), session_id, role, content, metadata, embed, embedding,
+                                   expires_at, created_at)
+        return _row(Turn, self._rows("append_turn", params, conn)[0])
+
+    def recent_turns(self, session_id: str, *, n: int = 20, conn: psycopg.Connection | None = None) -> list[Turn]:
+        """The last ``n`` (1..1000) live turns of a session, oldest first."""
+        params = self._turns_params("recent_turns", session_id, n)
+        self.space(conn=conn)
+        return [_row(Turn, r) for r in self._rows("recent_turns", params, conn)]
+
+    def pending_turns(self, session_id: str, *, n: int = 1000, conn: psycopg.Connection | None = None) -> list[Turn]:
+        """The live turns of a session not yet consolidated (the last ``n``, 1..10000), oldest first."""
+        params = self._turns_params("pending_turns", session_id, n)
+        self.space(conn=conn)
+        return [_row(Turn, r) for r in self._rows("pending_turns", params, conn)]
+
+    def context(self, query: str | None, *, session_id: str | None = None, budget_tokens: int = 2000,
+                max_turns: int = 20, turn_share: float = 0.5, k: int = 20, filter: Mapping[str, Any] | None = None,
+                embedding: Any = None, conn: psycopg.Connection | None = None) -> Context:
+        """What to put in the prompt for ``query``: the session's most recent turns (a contiguous tail, at most
+        ``max_turns``, within ``turn_share`` of the budget) and the most relevant long-term memories (hybrid
+        search over ``k`` candidates) in the rest, each a labelled line, never more than ``budget_tokens``
+        pgmem tokens in all (``pgmem.token_count``: ASCII letter/digit runs count ceil(len/4), other non-space
+        characters 1; docs/lifecycle.md). No memory repeats a turn shown. ``Context.render()`` is the text.
+        Raises ValidationError."""
+        params = self._context_params(self.space(conn=conn), query, session_id, budget_tokens, max_turns,
+                                      turn_share, k, filter, embedding)
+        return Context([_row(ContextItem, r) for r in self._rows("context", params, conn)], budget_tokens)
+
+    def consolidate(self, session_id: str, summarise, *, max_turns: int = 1000,
+                    conn: psycopg.Connection | None = None) -> list[AddResult]:
+        """Turn a session's pending turns into long-term memories: ``summarise(turns)`` (any callable: a list of
+        :class:`Turn` in, a list of strings or ``{"content", "metadata"}`` dicts out; pgmem calls no LLM) runs
+        once on the turns not yet consolidated; its output is embedded and stored (deduplicated) with links to
+        those turns (:meth:`sources`), and the turns are marked consolidated, in one transaction. Idempotent:
+        with no pending turns it returns [] without calling ``summarise``; a retried or concurrent call for the
+        same turns stores nothing twice. Raises ValidationError (bad summariser output), VersionConflict (some
+        of the turns were consolidated meanwhile)."""
+        space = self.space(conn=conn)
+        turns = self.pending_turns(session_id, n=max_turns, conn=conn)
+        if not turns:
+            return []
+        params = self._consolidate_params(space, session_id, turns, summarise(list(turns)))
+        return [AddResult(r["id"], r["created"]) for r in self._rows("consolidate", params, conn)]
+
+    def sources(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> list[Source]:
+        """The turns a consolidated memory was made from, in order (content None once a turn is purged)."""
+        return [_row(Source, r) for r in self._rows("sources", {"id": id}, conn)]
+
+    def token_count(self, text: str, *, conn: psycopg.Connection | None = None) -> int:
+        """``pgmem.token_count(text)``: the token estimate context budgets are counted in."""
+        return int(self._rows("token_count", {"text": v.check_text(text, "text")}, conn)[0]["tokens"])
+
     def whoami(self, *, conn: psycopg.Connection | None = None) -> str | None:
         """The pgmem user this client acts as, as the database sees it (None: no identity)."""
         return self._rows("current_user_id", {}, conn)[0]["user_id"]
 
 
 __all__ = ["Memory", "MemoryBase", "MemoryRecord", "AddResult", "HistoryEvent", "Space", "SpaceStats", "Page",
+           "Turn", "Source", "Context", "ContextItem", "PurgeResult",
            "check_item", "count_occurrences", "resolve_dsn"]

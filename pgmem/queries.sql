@@ -35,13 +35,14 @@ SELECT * FROM pgmem.get(p_id => %(id)s::uuid)
 SELECT * FROM pgmem.list(p_space => %(space)s::text, p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text,
     p_filter => %(filter)s::jsonb, p_limit => %(limit)s::integer, p_after_created_at => %(after_created_at)s::timestamptz,
     p_after_id => %(after_id)s::uuid, p_created_after => %(created_after)s::timestamptz,
-    p_created_before => %(created_before)s::timestamptz, p_contains => %(contains)s::text)
+    p_created_before => %(created_before)s::timestamptz, p_contains => %(contains)s::text, p_as_of => %(as_of)s::timestamptz)
 
 -- search --
 SELECT * FROM pgmem.search(p_space => %(space)s::text, p_embedding => %(embedding)s::vector, p_k => %(k)s::integer,
     p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_filter => %(filter)s::jsonb,
     p_min_similarity => %(min_similarity)s::double precision, p_model => %(model)s::text,
-    p_created_after => %(created_after)s::timestamptz, p_created_before => %(created_before)s::timestamptz)
+    p_created_after => %(created_after)s::timestamptz, p_created_before => %(created_before)s::timestamptz,
+    p_as_of => %(as_of)s::timestamptz)
 
 -- update --
 SELECT * FROM pgmem.update(p_id => %(id)s::uuid, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
@@ -75,4 +76,62 @@ SELECT * FROM pgmem.session_tail(p_space => %(space)s::text, p_session_id => %(s
 SELECT * FROM pgmem.search_hybrid(p_space => %(space)s::text, p_query => %(query)s::text, p_embedding => %(embedding)s::vector,
     p_k => %(k)s::integer, p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_filter => %(filter)s::jsonb,
     p_created_after => %(created_after)s::timestamptz, p_created_before => %(created_before)s::timestamptz,
-    p_model => %(model)s::text)
+    p_model => %(model)s::text, p_as_of => %(as_of)s::timestamptz)
+
+-- supersede --
+SELECT * FROM pgmem.supersede(p_id => %(id)s::uuid, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
+    p_metadata => %(metadata)s::jsonb, p_valid_from => %(valid_from)s::timestamptz, p_agent_id => %(agent_id)s::text,
+    p_expected_version => %(expected_version)s::integer, p_model => %(model)s::text,
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
+
+-- invalidate --
+SELECT * FROM pgmem.invalidate(p_id => %(id)s::uuid, p_valid_to => %(valid_to)s::timestamptz, p_agent_id => %(agent_id)s::text)
+
+-- chain --
+SELECT * FROM pgmem.chain(p_id => %(id)s::uuid)
+
+-- set_retention --
+SELECT * FROM pgmem.set_retention(p_space => %(space)s::text, p_memory_ttl => %(memory_ttl)s::interval,
+    p_turn_ttl => %(turn_ttl)s::interval)
+
+-- append_turn --
+SELECT * FROM pgmem.append_turn(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_role => %(role)s::text,
+    p_content => %(content)s::text, p_agent_id => %(agent_id)s::text, p_embedding => %(embedding)s::vector,
+    p_metadata => %(metadata)s::jsonb, p_expires_at => %(expires_at)s::timestamptz, p_model => %(model)s::text,
+    p_created_at => %(created_at)s::timestamptz)
+
+-- recent_turns --
+SELECT * FROM pgmem.recent_turns(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_n => %(n)s::integer)
+
+-- pending_turns --
+SELECT * FROM pgmem.pending_turns(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_n => %(n)s::integer)
+
+-- consolidate --
+SELECT * FROM pgmem.consolidate(p_space => %(space)s::text, p_session_id => %(session_id)s::text,
+    p_turn_ids => %(turn_ids)s::bigint[], p_contents => %(contents)s::text[], p_embeddings => %(embeddings)s::vector[],
+    p_metadata => %(metadata)s::jsonb[], p_agent_id => %(agent_id)s::text, p_model => %(model)s::text,
+    p_vector_items => %(vector_items)s::integer[], p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
+
+-- sources --
+SELECT * FROM pgmem.sources(p_id => %(id)s::uuid)
+
+-- context --
+SELECT * FROM pgmem.context(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_query => %(query)s::text,
+    p_embedding => %(embedding)s::vector, p_budget_tokens => %(budget_tokens)s::integer, p_max_turns => %(max_turns)s::integer,
+    p_turn_share => %(turn_share)s::double precision, p_k => %(k)s::integer, p_agent_id => %(agent_id)s::text,
+    p_filter => %(filter)s::jsonb, p_model => %(model)s::text)
+
+-- token_count --
+SELECT pgmem.token_count(p_text => %(text)s::text) AS tokens
+
+-- purge --
+SELECT * FROM pgmem.purge(p_limit => %(limit)s::integer)
+
+-- erase_user --
+SELECT * FROM pgmem.erase_user(p_user_id => %(user_id)s::text)
+
+-- export_user --
+SELECT row FROM pgmem.export_user(p_embeddings => %(embeddings)s::boolean) AS row
+
+-- import_user --
+SELECT * FROM pgmem.import_user(p_rows => %(rows)s::jsonb[])

@@ -44,10 +44,40 @@ CREATE TYPE pgmem.memory AS (
 	updated_at timestamp with time zone,
 	expires_at timestamp with time zone,
 	version integer,
-	similarity double precision
+	similarity double precision,
+	valid_from timestamp with time zone,
+	valid_to timestamp with time zone,
+	superseded_by uuid
 );
 
-COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cosine, in [-1, 1]) is set by search only.';
+COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cosine, in [-1, 1]) is set by search only; expires_at is the effective expiry (own, else created_at + the space''s memory_ttl); valid_from, valid_to, superseded_by its validity.';
+
+CREATE TYPE pgmem.turn AS (
+	turn_id bigint,
+	session_id text,
+	agent_id text,
+	role text,
+	content text,
+	metadata jsonb,
+	created_at timestamp with time zone,
+	expires_at timestamp with time zone,
+	consolidated_at timestamp with time zone
+);
+
+COMMENT ON TYPE pgmem.turn IS 'A conversation turn as the API returns it; expires_at is the effective expiry (own, else created_at + the space''s turn_ttl).';
+
+CREATE FUNCTION pgmem._check_expiry(p_expires_at timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    IF p_expires_at <= now() THEN
+        RAISE EXCEPTION 'expires_at % is not in the future: the memory would be invisible at once', p_expires_at
+            USING ERRCODE = 'PGM08';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._check_expiry(p_expires_at timestamp with time zone) IS 'Internal: an explicit expiry must lie in the future.';
 
 CREATE TABLE pgmem.spaces (
     space_id integer NOT NULL,
@@ -60,14 +90,22 @@ CREATE TABLE pgmem.spaces (
     hnsw_m integer,
     hnsw_ef_construction integer,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    memory_ttl interval,
+    turn_ttl interval DEFAULT '7 days'::interval NOT NULL,
     CONSTRAINT spaces_dims_check CHECK (((dims >= 1) AND (dims <= 16000))),
     CONSTRAINT spaces_distance_check CHECK ((distance = 'cosine'::text)),
     CONSTRAINT spaces_index_kind_check CHECK ((index_kind = ANY (ARRAY['hnsw_vector'::text, 'hnsw_halfvec'::text, 'exact'::text]))),
+    CONSTRAINT spaces_memory_ttl_check CHECK ((memory_ttl > '00:00:00'::interval)),
     CONSTRAINT spaces_model_check CHECK (((model <> ''::text) AND (length(model) <= 200))),
-    CONSTRAINT spaces_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'::text))
+    CONSTRAINT spaces_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'::text)),
+    CONSTRAINT spaces_turn_ttl_check CHECK ((turn_ttl > '00:00:00'::interval))
 );
 
 COMMENT ON TABLE pgmem.spaces IS 'Embedding spaces: a name bound to one embedding model and dimension count. Each has its own partial HNSW index on memories (vector up to 2000 dims, halfvec up to 4000, exact scan above).';
+
+COMMENT ON COLUMN pgmem.spaces.memory_ttl IS 'Default time-to-live of a memory in this space, counted from its created_at; NULL keeps memories until deleted. A memory''s own expires_at overrides it (''infinity'': never).';
+
+COMMENT ON COLUMN pgmem.spaces.turn_ttl IS 'Time-to-live of a conversation turn in this space, counted from its created_at (default 7 days). A turn''s own expires_at overrides it.';
 
 CREATE FUNCTION pgmem._checked_space(p_space text, p_embedding public.vector, p_model text) RETURNS pgmem.spaces
     LANGUAGE plpgsql STABLE
@@ -199,6 +237,26 @@ $_$;
 
 COMMENT ON FUNCTION pgmem._compile_filter(p_filter jsonb, p_keys_param integer, p_vals_param integer, p_acc pgmem.compiled_filter, p_depth integer) IS 'Internal: compile a metadata filter ({"key": value}, {"key": {"op": value}}, $and/$or/$not) to SQL over m.metadata; keys and values stay in parameters $keys_param (text[]) and $vals_param (jsonb[]).';
 
+CREATE FUNCTION pgmem._expire_conflicts(p_user text, p_space pgmem.spaces, p_hashes bytea[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM set_config('pgmem.event', 'EXPIRE', true);
+    DELETE FROM pgmem.memories m
+    WHERE m.user_id = p_user AND m.space_id = p_space.space_id AND m.content_hash = ANY (p_hashes) AND m.valid_to IS NULL
+      AND pgmem._expiry(m.expires_at, m.created_at, p_space.memory_ttl) <= now();
+    PERFORM set_config('pgmem.event', '', true);
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._expire_conflicts(p_user text, p_space pgmem.spaces, p_hashes bytea[]) IS 'Internal: remove (EXPIRE) expired memories of a user and space whose content a new memory repeats, so the new one is stored and visible.';
+
+CREATE FUNCTION pgmem._expiry(p_expires_at timestamp with time zone, p_created_at timestamp with time zone, p_ttl interval) RETURNS timestamp with time zone
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::timestamptz) $$;
+
+COMMENT ON FUNCTION pgmem._expiry(p_expires_at timestamp with time zone, p_created_at timestamp with time zone, p_ttl interval) IS 'Internal: effective expiry of a memory or turn: its own expires_at, else created_at + the space''s TTL, else infinity.';
+
 CREATE FUNCTION pgmem._history_append_only() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -208,6 +266,81 @@ END
 $$;
 
 COMMENT ON FUNCTION pgmem._history_append_only() IS 'Trigger: refuses any UPDATE of history rows.';
+
+CREATE FUNCTION pgmem.content_hash(p_content text) RETURNS bytea
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(p_content, 'UTF8')) $$;
+
+COMMENT ON FUNCTION pgmem.content_hash(p_content text) IS 'SHA-256 of the UTF-8 bytes of a memory''s content: the deduplication key per user and space.';
+
+CREATE TABLE pgmem.memories (
+    user_id text NOT NULL,
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    space_id integer NOT NULL,
+    agent_id text,
+    session_id text,
+    content text NOT NULL,
+    content_hash bytea GENERATED ALWAYS AS (pgmem.content_hash(content)) STORED NOT NULL,
+    embedding public.vector NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    version integer DEFAULT 1 NOT NULL,
+    seq bigint NOT NULL,
+    fts tsvector DEFAULT ''::tsvector NOT NULL,
+    fts_len integer DEFAULT 0 NOT NULL,
+    valid_from timestamp with time zone NOT NULL,
+    valid_to timestamp with time zone,
+    superseded_by uuid,
+    CONSTRAINT memories_agent_id_check CHECK ((length(agent_id) <= 256)),
+    CONSTRAINT memories_content_check CHECK (((char_length(content) >= 1) AND (char_length(content) <= 100000))),
+    CONSTRAINT memories_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
+    CONSTRAINT memories_session_id_check CHECK ((length(session_id) <= 256)),
+    CONSTRAINT memories_superseded_by_check CHECK (((superseded_by IS NULL) OR (valid_to IS NOT NULL))),
+    CONSTRAINT memories_user_id_check CHECK (((user_id <> ''::text) AND (length(user_id) <= 256))),
+    CONSTRAINT memories_validity_check CHECK (((valid_to IS NULL) OR (valid_to >= valid_from)))
+);
+
+ALTER TABLE ONLY pgmem.memories FORCE ROW LEVEL SECURITY;
+
+COMMENT ON TABLE pgmem.memories IS 'Long-term memories, one row per fact, keyed by user_id (the tenant) first. Row-level security limits every role to its own user''s rows.';
+
+COMMENT ON COLUMN pgmem.memories.expires_at IS 'When the memory expires (invisible at once, removed by pgmem.purge); NULL: the space''s memory_ttl after created_at, if any.';
+
+COMMENT ON COLUMN pgmem.memories.fts IS 'Full-text vector of content plus the day it was made (''8 May 2023'', UTC), in the space''s text search configuration; kept by trigger.';
+
+COMMENT ON COLUMN pgmem.memories.fts_len IS 'Number of tokens in fts: the document length for BM25.';
+
+COMMENT ON COLUMN pgmem.memories.valid_from IS 'When the fact starts to hold (valid time); default created_at.';
+
+COMMENT ON COLUMN pgmem.memories.valid_to IS 'When the fact stopped holding (superseded or invalidated); NULL while it holds.';
+
+COMMENT ON COLUMN pgmem.memories.superseded_by IS 'The memory that replaced this one (pgmem.supersede); NULL otherwise.';
+
+CREATE FUNCTION pgmem._lock_current(p_user text, p_id uuid) RETURNS pgmem.memories
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_row pgmem.memories;
+BEGIN
+    SELECT m.* INTO v_row FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    WHERE m.user_id = p_user AND m.id = p_id AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
+    FOR UPDATE OF m;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'memory % not found', p_id USING ERRCODE = 'PGM03';
+    END IF;
+    IF v_row.valid_to IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGM04',
+            MESSAGE = format('memory %s no longer holds: %s at %s', p_id,
+                CASE WHEN v_row.superseded_by IS NULL THEN 'invalidated' ELSE 'superseded by ' || v_row.superseded_by END, v_row.valid_to),
+            HINT = 'Only a memory that still holds can be changed; its history and chain stay readable.';
+    END IF;
+    RETURN v_row;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._lock_current(p_user text, p_id uuid) IS 'Internal: lock one live memory that still holds (FOR UPDATE), else PGM03 / PGM04.';
 
 CREATE FUNCTION pgmem._memories_before_write() RETURNS trigger
     LANGUAGE plpgsql
@@ -228,6 +361,7 @@ BEGIN
         NEW.updated_at := now();
         NEW.created_at := OLD.created_at;
         NEW.seq := OLD.seq;
+        NEW.valid_from := coalesce(NEW.valid_from, OLD.valid_from);
         IF NEW.content IS NOT DISTINCT FROM OLD.content THEN
             NEW.fts := OLD.fts;
             NEW.fts_len := OLD.fts_len;
@@ -235,6 +369,8 @@ BEGIN
         IF NEW.embedding = OLD.embedding THEN
             RETURN NEW;
         END IF;
+    ELSE
+        NEW.valid_from := coalesce(NEW.valid_from, NEW.created_at);
     END IF;
     SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = NEW.space_id;
     IF TG_OP = 'INSERT' OR NEW.content IS DISTINCT FROM OLD.content THEN
@@ -246,8 +382,6 @@ BEGIN
         RAISE EXCEPTION 'expected % dimensions, got % (space "%", model "%")',
             v_space.dims, vector_dims(NEW.embedding), v_space.name, v_space.model USING ERRCODE = 'PGM02';
     END IF;
-    -- <=> of a vector with itself is NaN for a zero vector and for one whose float4 sum of squares
-    -- underflows to 0 or overflows (components below ~1e-23 or above ~1e19): no cosine similarity either.
     IF vector_norm(NEW.embedding) = 0 OR (NEW.embedding <=> NEW.embedding) = 'NaN'::float8 THEN
         RAISE EXCEPTION 'a zero vector (or one whose float4 squared norm underflows or overflows) has no cosine similarity' USING ERRCODE = 'PGM08';
     END IF;
@@ -263,14 +397,22 @@ CREATE FUNCTION pgmem._memories_history() RETURNS trigger
     AS $$
 DECLARE
     v_actor text := nullif(current_setting('pgmem.actor', true), '');
+    v_event text := nullif(current_setting('pgmem.event', true), '');
 BEGIN
+    IF v_event = 'ERASE' THEN
+        RETURN NULL;
+    END IF;
     IF TG_OP = 'INSERT' THEN
         INSERT INTO pgmem.history (user_id, memory_id, event, new_content, new_metadata, actor_agent_id)
         VALUES (NEW.user_id, NEW.id, 'ADD', NEW.content, NEW.metadata, coalesce(v_actor, NEW.agent_id));
     ELSIF TG_OP = 'UPDATE' THEN
-        INSERT INTO pgmem.history (user_id, memory_id, event, old_content, new_content, old_metadata, new_metadata, actor_agent_id)
-        VALUES (NEW.user_id, NEW.id, coalesce(nullif(current_setting('pgmem.event', true), ''), 'UPDATE'),
-                OLD.content, NEW.content, OLD.metadata, NEW.metadata, v_actor);
+        v_event := coalesce(v_event, 'UPDATE');
+        INSERT INTO pgmem.history (user_id, memory_id, event, old_content, new_content, old_metadata, new_metadata, actor_agent_id, related_id)
+        VALUES (NEW.user_id, NEW.id, v_event, OLD.content, NEW.content, OLD.metadata, NEW.metadata, v_actor,
+                CASE WHEN v_event = 'SUPERSEDE' THEN NEW.superseded_by END);
+    ELSIF v_event = 'EXPIRE' THEN
+        INSERT INTO pgmem.history (user_id, memory_id, event, actor_agent_id)
+        VALUES (OLD.user_id, OLD.id, 'EXPIRE', v_actor);
     ELSE
         INSERT INTO pgmem.history (user_id, memory_id, event, old_content, old_metadata, actor_agent_id)
         VALUES (OLD.user_id, OLD.id, 'DELETE', OLD.content, OLD.metadata, v_actor);
@@ -303,6 +445,20 @@ $$;
 
 COMMENT ON FUNCTION pgmem._memory_vectors_before_insert() IS 'Trigger: an extra vector has its memory''s dimensions and a cosine similarity.';
 
+CREATE FUNCTION pgmem._require_maintainer(p_what text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = current_user AND (r.rolsuper OR r.rolbypassrls)) THEN
+        RAISE EXCEPTION 'role "%" may not %: it needs to see every user''s rows', current_user, p_what
+            USING ERRCODE = 'PGM01',
+                  HINT = 'Run it as a superuser or a role with BYPASSRLS (the role that runs pg_dump), e.g. the schema owner: ALTER ROLE <owner> BYPASSRLS;';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._require_maintainer(p_what text) IS 'Internal: error PGM01 unless the current role is a superuser or has BYPASSRLS.';
+
 CREATE FUNCTION pgmem._require_user() RETURNS text
     LANGUAGE plpgsql STABLE
     AS $$
@@ -321,18 +477,33 @@ $$;
 COMMENT ON FUNCTION pgmem._require_user() IS 'Internal: the current pgmem user, or error PGM01 when none is set.';
 
 CREATE FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, OUT o_sql text, OUT o_filter pgmem.compiled_filter) RETURNS record
-    LANGUAGE plpgsql IMMUTABLE
+    LANGUAGE sql STABLE
+    AS $$ SELECT * FROM pgmem._scope_sql(p_space_id, p_filter, NULL::timestamptz) $$;
+
+COMMENT ON FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, OUT o_sql text, OUT o_filter pgmem.compiled_filter) IS 'Internal: pgmem._scope_sql for the memories that hold now.';
+
+CREATE FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, p_as_of timestamp with time zone, OUT o_sql text, OUT o_filter pgmem.compiled_filter) RETURNS record
+    LANGUAGE plpgsql STABLE
     AS $_$
+DECLARE
+    v_ttl interval;
 BEGIN
+    SELECT s.memory_ttl INTO v_ttl FROM pgmem.spaces s WHERE s.space_id = p_space_id;
     o_filter := pgmem._compile_filter(p_filter, 6, 7);
-    o_sql := format('m.user_id = $1 AND m.space_id = %s AND (m.expires_at IS NULL OR m.expires_at > now())'
+    o_sql := format('m.user_id = $1 AND m.space_id = %s AND %s AND %s'
         || ' AND ($2::text IS NULL OR m.agent_id = $2) AND ($3::text IS NULL OR m.session_id = $3)'
         || ' AND ($4::timestamptz IS NULL OR m.created_at >= $4) AND ($5::timestamptz IS NULL OR m.created_at < $5)'
-        || ' AND ($8::text IS NULL OR strpos(m.content, $8) > 0) AND (%s)', p_space_id, o_filter.sql);
+        || ' AND ($8::text IS NULL OR strpos(m.content, $8) > 0) AND (%s)',
+        p_space_id,
+        CASE WHEN v_ttl IS NULL THEN '(m.expires_at IS NULL OR m.expires_at > now())'
+             ELSE format('coalesce(m.expires_at, m.created_at + %L::interval) > now()', v_ttl) END,
+        CASE WHEN p_as_of IS NULL THEN 'm.valid_to IS NULL AND m.valid_from <= now()'
+             ELSE format('m.valid_from <= %1$L::timestamptz AND (m.valid_to IS NULL OR m.valid_to > %1$L::timestamptz)', p_as_of) END,
+        o_filter.sql);
 END
 $_$;
 
-COMMENT ON FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, OUT o_sql text, OUT o_filter pgmem.compiled_filter) IS 'Internal: SQL for the rows of one user and space matching agent, session, time range, content substring and metadata filter.';
+COMMENT ON FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, p_as_of timestamp with time zone, OUT o_sql text, OUT o_filter pgmem.compiled_filter) IS 'Internal: SQL for the live rows of one user and space that hold now (or at p_as_of) and match agent, session, time range, content substring and metadata filter.';
 
 CREATE FUNCTION pgmem._store_vectors(p_user text, p_memory_id uuid, p_kinds text[], p_embeddings public.vector[]) RETURNS void
     LANGUAGE plpgsql
@@ -352,52 +523,31 @@ $$;
 
 COMMENT ON FUNCTION pgmem._store_vectors(p_user text, p_memory_id uuid, p_kinds text[], p_embeddings public.vector[]) IS 'Internal: store a memory''s extra vectors (kinds sentence, context).';
 
-CREATE FUNCTION pgmem.content_hash(p_content text) RETURNS bytea
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(p_content, 'UTF8')) $$;
-
-COMMENT ON FUNCTION pgmem.content_hash(p_content text) IS 'SHA-256 of the UTF-8 bytes of a memory''s content: the deduplication key per user and space.';
-
-CREATE TABLE pgmem.memories (
-    user_id text NOT NULL,
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    space_id integer NOT NULL,
-    agent_id text,
-    session_id text,
-    content text NOT NULL,
-    content_hash bytea GENERATED ALWAYS AS (pgmem.content_hash(content)) STORED NOT NULL,
-    embedding public.vector NOT NULL,
-    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    expires_at timestamp with time zone,
-    version integer DEFAULT 1 NOT NULL,
-    seq bigint NOT NULL,
-    fts tsvector DEFAULT ''::tsvector NOT NULL,
-    fts_len integer DEFAULT 0 NOT NULL,
-    CONSTRAINT memories_agent_id_check CHECK ((length(agent_id) <= 256)),
-    CONSTRAINT memories_content_check CHECK (((char_length(content) >= 1) AND (char_length(content) <= 100000))),
-    CONSTRAINT memories_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
-    CONSTRAINT memories_session_id_check CHECK ((length(session_id) <= 256)),
-    CONSTRAINT memories_user_id_check CHECK (((user_id <> ''::text) AND (length(user_id) <= 256)))
-);
-
-ALTER TABLE ONLY pgmem.memories FORCE ROW LEVEL SECURITY;
-
-COMMENT ON TABLE pgmem.memories IS 'Long-term memories, one row per fact, keyed by user_id (the tenant) first. Row-level security limits every role to its own user''s rows.';
-
-COMMENT ON COLUMN pgmem.memories.fts IS 'Full-text vector of content plus the day it was made (''8 May 2023'', UTC), in the space''s text search configuration; kept by trigger.';
-
-COMMENT ON COLUMN pgmem.memories.fts_len IS 'Number of tokens in fts: the document length for BM25.';
-
 CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision DEFAULT NULL::double precision) RETURNS pgmem.memory
     LANGUAGE sql STABLE
     AS $$
     SELECT ROW(m.id, m.user_id, p_space, m.agent_id, m.session_id, m.content, m.metadata,
-               m.created_at, m.updated_at, m.expires_at, m.version, p_similarity)::pgmem.memory
+               m.created_at, m.updated_at,
+               nullif(pgmem._expiry(m.expires_at, m.created_at, (SELECT s.memory_ttl FROM pgmem.spaces s WHERE s.space_id = m.space_id)), 'infinity'),
+               m.version, p_similarity, m.valid_from, m.valid_to, m.superseded_by)::pgmem.memory
 $$;
 
 COMMENT ON FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision) IS 'Internal: a memories row as the API''s pgmem.memory.';
+
+CREATE FUNCTION pgmem._turns(p_user text, p_space pgmem.spaces, p_session_id text, p_pending_only boolean, p_n integer) RETURNS SETOF pgmem.turn
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT t.turn_id, t.session_id, t.agent_id, t.role, t.content, t.metadata, t.created_at,
+           nullif(pgmem._expiry(t.expires_at, t.created_at, p_space.turn_ttl), 'infinity'), t.consolidated_at
+    FROM (SELECT * FROM pgmem.turns t
+          WHERE t.user_id = p_user AND t.space_id = p_space.space_id AND t.session_id = p_session_id
+            AND pgmem._expiry(t.expires_at, t.created_at, p_space.turn_ttl) > now()
+            AND (NOT p_pending_only OR t.consolidated_at IS NULL)
+          ORDER BY t.turn_id DESC LIMIT p_n) t
+    ORDER BY t.turn_id
+$$;
+
+COMMENT ON FUNCTION pgmem._turns(p_user text, p_space pgmem.spaces, p_session_id text, p_pending_only boolean, p_n integer) IS 'Internal: the last n live turns of a session (pending only: not yet consolidated), oldest first.';
 
 CREATE FUNCTION pgmem.act_as(p_user_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -439,11 +589,13 @@ BEGIN
     IF p_embedding IS NULL THEN
         RAISE EXCEPTION 'an embedding is required' USING ERRCODE = 'PGM08';
     END IF;
+    PERFORM pgmem._check_expiry(p_expires_at);
     PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    PERFORM pgmem._expire_conflicts(v_user, v_space, ARRAY[pgmem.content_hash(p_content)]);
     LOOP
         INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at)
         VALUES (v_user, v_space.space_id, p_agent_id, p_session_id, p_content, p_embedding, coalesce(p_metadata, '{}'), p_expires_at)
-        ON CONFLICT ON CONSTRAINT memories_content_key DO NOTHING
+        ON CONFLICT (user_id, space_id, content_hash) WHERE valid_to IS NULL DO NOTHING
         RETURNING m.id INTO id;
         IF id IS NOT NULL THEN
             created := true;
@@ -452,16 +604,17 @@ BEGIN
             RETURN NEXT;
             RETURN;
         END IF;
-        -- Identical content exists (committed, possibly by a concurrent writer we waited for).
+        -- Identical content holds already (committed, possibly by a concurrent writer we waited for).
         SELECT m.id INTO id FROM pgmem.memories m
-        WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_content);
+        WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_content)
+          AND m.valid_to IS NULL;
         IF id IS NOT NULL THEN
             created := false;
             PERFORM set_config('pgmem.actor', '', true);
             RETURN NEXT;
             RETURN;
         END IF;
-        -- The conflicting row was deleted between the two statements: try again.
+        -- The conflicting row was deleted or superseded between the two statements: try again.
     END LOOP;
 END
 $$;
@@ -503,6 +656,11 @@ BEGIN
         RAISE EXCEPTION 'item %: expected % dimensions, got % (space "%", model "%")',
             v_bad - 1, v_space.dims, vector_dims(p_embeddings[v_bad]), v_space.name, v_space.model USING ERRCODE = 'PGM02';
     END IF;
+    SELECT min(i) INTO v_bad FROM generate_subscripts(p_expires_at, 1) AS i WHERE p_expires_at[i] <= now();
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'item %: expires_at % is not in the future: the memory would be invisible at once', v_bad - 1, p_expires_at[v_bad]
+            USING ERRCODE = 'PGM08';
+    END IF;
     IF coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vector_kinds), 0)
        OR coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vectors), 0) THEN
         RAISE EXCEPTION 'extra vectors: items, kinds and vectors must have the same length' USING ERRCODE = 'PGM08';
@@ -518,6 +676,7 @@ BEGIN
             UNION ALL
             SELECT h.memory_id FROM pgmem.history h WHERE h.user_id = v_user AND h.memory_id = ANY (p_ids)) x;
     END IF;
+    PERFORM pgmem._expire_conflicts(v_user, v_space, ARRAY(SELECT pgmem.content_hash(c) FROM unnest(p_contents) c));
     -- seq follows item order (the order of turns), whatever order the rows are inserted in.
     WITH items AS MATERIALIZED (
         SELECT g.o, nextval('pgmem.memories_seq') AS seq
@@ -548,6 +707,7 @@ BEGIN
             LEFT JOIN unnest(v_created) AS byid(id) ON byid.id = p_ids[g.o]
             LEFT JOIN pgmem.memories m
               ON m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_contents[g.o])
+                 AND m.valid_to IS NULL
             LEFT JOIN unnest(v_created) AS c(id) ON c.id = m.id AND kn.id IS NULL AND byid.id IS NULL
         ) x
     ) y;
@@ -563,6 +723,38 @@ $$;
 
 COMMENT ON FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings public.vector[], p_agent_ids text[], p_session_ids text[], p_metadata jsonb[], p_expires_at timestamp with time zone[], p_model text, p_created_at timestamp with time zone[], p_vector_items integer[], p_vector_kinds text[], p_vectors public.vector[], p_ids uuid[]) IS 'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now(). Extra vectors: p_vector_items (item number from 0), p_vector_kinds, p_vectors, stored for created items only. p_ids: client-generated ids (idempotency keys); an item whose id this user already stored, even if since deleted, is not written again and returns that id with created = false, so a retry never duplicates.';
 
+CREATE FUNCTION pgmem.append_turn(p_space text, p_session_id text, p_role text, p_content text, p_agent_id text DEFAULT NULL::text, p_embedding public.vector DEFAULT NULL::public.vector, p_metadata jsonb DEFAULT '{}'::jsonb, p_expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_model text DEFAULT NULL::text, p_created_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgmem.turn
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
+    v_row pgmem.turns;
+BEGIN
+    IF p_session_id IS NULL OR p_session_id = '' OR length(p_session_id) > 256 THEN
+        RAISE EXCEPTION 'a turn needs a session id of 1 to 256 characters' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_role IS NULL OR p_role NOT IN ('user', 'assistant', 'system', 'tool') THEN
+        RAISE EXCEPTION 'turn role must be user, assistant, system or tool, got %', quote_nullable(p_role) USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_content IS NULL OR char_length(p_content) NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'turn content must be 1 to 100000 characters' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_metadata IS NOT NULL AND jsonb_typeof(p_metadata) <> 'object' THEN
+        RAISE EXCEPTION 'metadata must be a JSON object' USING ERRCODE = 'PGM08';
+    END IF;
+    PERFORM pgmem._check_expiry(p_expires_at);
+    INSERT INTO pgmem.turns (user_id, space_id, session_id, agent_id, role, content, embedding, metadata, created_at, expires_at)
+    VALUES (v_user, v_space.space_id, p_session_id, p_agent_id, p_role, p_content, p_embedding, coalesce(p_metadata, '{}'),
+            coalesce(p_created_at, now()), p_expires_at)
+    RETURNING * INTO v_row;
+    RETURN NEXT ROW(v_row.turn_id, v_row.session_id, v_row.agent_id, v_row.role, v_row.content, v_row.metadata, v_row.created_at,
+                    nullif(pgmem._expiry(v_row.expires_at, v_row.created_at, v_space.turn_ttl), 'infinity'), v_row.consolidated_at)::pgmem.turn;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.append_turn(p_space text, p_session_id text, p_role text, p_content text, p_agent_id text, p_embedding public.vector, p_metadata jsonb, p_expires_at timestamp with time zone, p_model text, p_created_at timestamp with time zone) IS 'Append one conversation turn (role user, assistant, system or tool) to a session of the current user; optional embedding in the space''s model; expires after the space''s turn_ttl unless p_expires_at is given. Returns the turn.';
+
 CREATE FUNCTION pgmem.bind_role(p_role name, p_user_id text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -576,6 +768,177 @@ END
 $$;
 
 COMMENT ON FUNCTION pgmem.bind_role(p_role name, p_user_id text) IS 'Schema owner only: bind a login role to one pgmem user. The role must also be granted pgmem_agent.';
+
+CREATE FUNCTION pgmem.chain(p_id uuid) RETURNS SETOF pgmem.memory
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE back AS (
+        SELECT m.id, 0 AS depth FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = p_id
+        UNION
+        SELECT m.id, b.depth - 1 FROM back b JOIN pgmem.memories m ON m.user_id = v_user AND m.superseded_by = b.id
+        WHERE b.depth > -1000
+    ), fwd AS (
+        SELECT m.id, m.superseded_by, 0 AS depth FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = p_id
+        UNION
+        SELECT m.id, m.superseded_by, f.depth + 1 FROM fwd f JOIN pgmem.memories m ON m.user_id = v_user AND m.id = f.superseded_by
+        WHERE f.depth < 1000
+    ), ids AS (
+        SELECT back.id, back.depth FROM back UNION SELECT fwd.id, fwd.depth FROM fwd
+    )
+    SELECT (pgmem._to_memory(m, s.name)).*
+    FROM ids JOIN pgmem.memories m ON m.user_id = v_user AND m.id = ids.id JOIN pgmem.spaces s ON s.space_id = m.space_id
+    WHERE pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
+    ORDER BY ids.depth, m.valid_from, m.id;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.chain(p_id uuid) IS 'The supersede chain through memory p_id, oldest fact first: its predecessors, itself and its successors (expired ones left out). Each row''s valid_from, valid_to and superseded_by show the line.';
+
+CREATE FUNCTION pgmem.consolidate(p_space text, p_session_id text, p_turn_ids bigint[], p_contents text[], p_embeddings public.vector[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_agent_id text DEFAULT NULL::text, p_model text DEFAULT NULL::text, p_vector_items integer[] DEFAULT NULL::integer[], p_vector_kinds text[] DEFAULT NULL::text[], p_vectors public.vector[] DEFAULT NULL::public.vector[]) RETURNS TABLE(ordinal integer, id uuid, created boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem._checked_space(p_space, NULL, p_model);
+    v_turns bigint[] := ARRAY(SELECT DISTINCT x FROM unnest(p_turn_ids) x WHERE x IS NOT NULL ORDER BY 1);
+    v_found bigint[];
+    v_done bigint[];
+    v_n integer := coalesce(cardinality(p_contents), 0);
+    v_ids uuid[];
+    v_flags boolean[];
+BEGIN
+    IF cardinality(v_turns) = 0 THEN
+        RAISE EXCEPTION 'a consolidation needs the turns it summarises' USING ERRCODE = 'PGM08';
+    END IF;
+    PERFORM 1 FROM pgmem.turns t WHERE t.user_id = v_user AND t.turn_id = ANY (v_turns) ORDER BY t.turn_id FOR UPDATE;
+    SELECT coalesce(array_agg(t.turn_id ORDER BY t.turn_id), '{}'),
+           coalesce(array_agg(t.turn_id ORDER BY t.turn_id) FILTER (WHERE t.consolidated_at IS NOT NULL), '{}')
+    INTO v_found, v_done
+    FROM pgmem.turns t
+    WHERE t.user_id = v_user AND t.turn_id = ANY (v_turns) AND t.space_id = v_space.space_id AND t.session_id = p_session_id
+      AND pgmem._expiry(t.expires_at, t.created_at, v_space.turn_ttl) > now();
+    IF cardinality(v_found) <> cardinality(v_turns) THEN
+        RAISE EXCEPTION 'turns % not found in session % (missing, expired or of another session)',
+            ARRAY(SELECT x FROM unnest(v_turns) x EXCEPT SELECT y FROM unnest(v_found) y ORDER BY 1), quote_literal(p_session_id)
+            USING ERRCODE = 'PGM03';
+    END IF;
+    IF cardinality(v_done) = cardinality(v_turns) THEN
+        -- Already consolidated, all of them: the same call again (a retry) returns what it made then.
+        RETURN QUERY
+        SELECT (row_number() OVER (ORDER BY m.seq) - 1)::integer, m.id, false
+        FROM pgmem.memories m
+        WHERE m.user_id = v_user AND m.id IN (SELECT s.memory_id FROM pgmem.memory_sources s WHERE s.user_id = v_user AND s.turn_id = ANY (v_turns))
+        ORDER BY m.seq;
+        RETURN;
+    ELSIF cardinality(v_done) > 0 THEN
+        RAISE EXCEPTION 'turns % are already consolidated', v_done
+            USING ERRCODE = 'PGM04', HINT = 'Consolidate the pending turns only (pgmem.pending_turns).';
+    END IF;
+    IF v_n > 0 THEN
+        SELECT array_agg(b.id ORDER BY b.ordinal), array_agg(b.created ORDER BY b.ordinal) INTO v_ids, v_flags
+        FROM pgmem.add_batch(p_space => p_space, p_contents => p_contents, p_embeddings => p_embeddings,
+                             p_agent_ids => array_fill(p_agent_id, ARRAY[v_n]), p_session_ids => array_fill(p_session_id, ARRAY[v_n]),
+                             p_metadata => p_metadata, p_model => p_model, p_vector_items => p_vector_items,
+                             p_vector_kinds => p_vector_kinds, p_vectors => p_vectors) b;
+        INSERT INTO pgmem.memory_sources (user_id, memory_id, turn_id)
+        SELECT DISTINCT v_user, i.id, t.turn_id FROM unnest(v_ids) AS i(id) CROSS JOIN unnest(v_turns) AS t(turn_id)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    UPDATE pgmem.turns t SET consolidated_at = now() WHERE t.user_id = v_user AND t.turn_id = ANY (v_turns);
+    RETURN QUERY SELECT (i - 1)::integer, v_ids[i], v_flags[i] FROM generate_subscripts(v_ids, 1) AS i ORDER BY i;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.consolidate(p_space text, p_session_id text, p_turn_ids bigint[], p_contents text[], p_embeddings public.vector[], p_metadata jsonb[], p_agent_id text, p_model text, p_vector_items integer[], p_vector_kinds text[], p_vectors public.vector[]) IS 'Store the summary of some turns of a session as long-term memories (add_batch rules: deduplicated by content), link each to those turns (pgmem.sources) and mark the turns consolidated, all in one transaction. Idempotent: the same turns again return the memories made the first time (created = false); turns of which only some are consolidated are PGM04; unknown or expired turns PGM03.';
+
+CREATE FUNCTION pgmem.context(p_space text, p_session_id text, p_query text, p_embedding public.vector DEFAULT NULL::public.vector, p_budget_tokens integer DEFAULT 2000, p_max_turns integer DEFAULT 20, p_turn_share double precision DEFAULT 0.5, p_k integer DEFAULT 20, p_agent_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_model text DEFAULT NULL::text) RETURNS TABLE("position" integer, source text, turn_id bigint, memory_id uuid, role text, content text, line text, tokens integer, score double precision, created_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
+    v_used integer := 0;
+    v_turn_budget integer;
+    v_turns pgmem.turn[] := '{}';
+    v_turn_hashes bytea[] := '{}';
+    v_turn_ids bigint[] := '{}';
+    v_t pgmem.turn;
+    v_h pgmem.hybrid_hit;
+    v_line text;
+    v_tok integer;
+    v_pos integer := 0;
+    v_mem_lines text[] := '{}';
+    v_mem_toks integer[] := '{}';
+    v_mem_hits pgmem.hybrid_hit[] := '{}';
+BEGIN
+    IF p_budget_tokens IS NULL OR p_budget_tokens < 1 OR p_budget_tokens > 1000000 THEN
+        RAISE EXCEPTION 'token budget must be between 1 and 1000000, got %', p_budget_tokens USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_max_turns IS NULL OR p_max_turns < 0 OR p_max_turns > 1000 THEN
+        RAISE EXCEPTION 'max_turns must be between 0 and 1000, got %', p_max_turns USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_turn_share IS NULL OR NOT (p_turn_share BETWEEN 0 AND 1) THEN
+        RAISE EXCEPTION 'turn_share must be in [0, 1], got %', p_turn_share USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_k IS NULL OR p_k < 0 OR p_k > 1000 THEN
+        RAISE EXCEPTION 'k must be between 0 and 1000, got %', p_k USING ERRCODE = 'PGM08';
+    END IF;
+    v_turn_budget := floor(p_budget_tokens * p_turn_share)::integer;
+    -- Recent turns, newest first, while they fit the turns' share: a contiguous tail of the conversation.
+    IF p_session_id IS NOT NULL AND p_max_turns > 0 THEN
+        FOR v_t IN SELECT * FROM pgmem._turns(v_user, v_space, p_session_id, false, p_max_turns) x ORDER BY x.turn_id DESC LOOP
+            v_line := format('[turn %s %s] %s', v_t.role, to_char(v_t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI'), v_t.content);
+            v_tok := pgmem.token_count(v_line);
+            EXIT WHEN v_used + v_tok > v_turn_budget;
+            v_used := v_used + v_tok;
+            v_turns := v_t || v_turns;
+            v_turn_hashes := v_turn_hashes || pgmem.content_hash(v_t.content);
+            v_turn_ids := v_turn_ids || v_t.turn_id;
+        END LOOP;
+    END IF;
+    -- Long-term memories by hybrid relevance, best first, each if it still fits; none repeats a turn shown,
+    -- none is a consolidation of turns that are all shown.
+    IF p_k > 0 AND p_query IS NOT NULL AND btrim(p_query) <> '' THEN
+        FOR v_h IN SELECT * FROM pgmem.search_hybrid(p_space => p_space, p_query => p_query, p_embedding => p_embedding,
+                                                     p_k => p_k, p_agent_id => p_agent_id, p_filter => p_filter, p_model => p_model) LOOP
+            CONTINUE WHEN pgmem.content_hash(v_h.content) = ANY (v_turn_hashes);
+            CONTINUE WHEN EXISTS (SELECT 1 FROM pgmem.memory_sources s WHERE s.user_id = v_user AND s.memory_id = v_h.id)
+                      AND NOT EXISTS (SELECT 1 FROM pgmem.memory_sources s WHERE s.user_id = v_user AND s.memory_id = v_h.id
+                                      AND s.turn_id <> ALL (v_turn_ids));
+            v_line := format('[memory %s] %s', to_char(v_h.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), v_h.content);
+            v_tok := pgmem.token_count(v_line);
+            CONTINUE WHEN v_used + v_tok > p_budget_tokens;
+            v_used := v_used + v_tok;
+            v_mem_lines := v_mem_lines || v_line;
+            v_mem_toks := v_mem_toks || v_tok;
+            v_mem_hits := v_mem_hits || v_h;
+        END LOOP;
+    END IF;
+    -- Prompt order: memories (most relevant first), then the conversation (oldest to newest).
+    FOR i IN 1..coalesce(cardinality(v_mem_hits), 0) LOOP
+        v_pos := v_pos + 1;
+        "position" := v_pos; source := 'memory'; turn_id := NULL; memory_id := (v_mem_hits[i]).id; role := NULL;
+        content := (v_mem_hits[i]).content; line := v_mem_lines[i]; tokens := v_mem_toks[i];
+        score := (v_mem_hits[i]).score; created_at := (v_mem_hits[i]).created_at;
+        RETURN NEXT;
+    END LOOP;
+    FOR i IN 1..coalesce(cardinality(v_turns), 0) LOOP
+        v_pos := v_pos + 1;
+        v_t := v_turns[i];
+        "position" := v_pos; source := 'turn'; turn_id := v_t.turn_id; memory_id := NULL; role := v_t.role;
+        content := v_t.content;
+        line := format('[turn %s %s] %s', v_t.role, to_char(v_t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI'), v_t.content);
+        tokens := pgmem.token_count(line); score := NULL; created_at := v_t.created_at;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.context(p_space text, p_session_id text, p_query text, p_embedding public.vector, p_budget_tokens integer, p_max_turns integer, p_turn_share double precision, p_k integer, p_agent_id text, p_filter jsonb, p_model text) IS 'What an agent puts in its prompt for a query: the most recent turns of the session (a contiguous tail, within p_turn_share of the budget, at most p_max_turns) and the most relevant long-term memories (pgmem.search_hybrid, k candidates) in the rest, each a labelled line ([memory YYYY-MM-DD] / [turn role YYYY-MM-DD HH:MI]). The sum of tokens (pgmem.token_count of each line) never exceeds p_budget_tokens; no memory repeats a turn shown or summarises only turns shown. Rows: memories by relevance, then turns oldest first.';
 
 CREATE FUNCTION pgmem.count_occurrences(p_haystack text, p_needle text) RETURNS integer
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
@@ -735,12 +1098,7 @@ BEGIN
     IF p_embedding IS NULL THEN
         RAISE EXCEPTION 'an edit changes content, so the embedding of the new content is required' USING ERRCODE = 'PGM08';
     END IF;
-    SELECT * INTO v_row FROM pgmem.memories m
-    WHERE m.user_id = v_user AND m.id = p_id AND (m.expires_at IS NULL OR m.expires_at > now())
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'memory % not found', p_id USING ERRCODE = 'PGM03';
-    END IF;
+    v_row := pgmem._lock_current(v_user, p_id);
     SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = v_row.space_id;
     PERFORM pgmem._checked_space(v_space.name, p_embedding, p_model);
     IF p_expected_version IS NOT NULL AND p_expected_version <> v_row.version THEN
@@ -769,7 +1127,74 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION pgmem.edit(p_id uuid, p_needle text, p_replacement text, p_embedding public.vector, p_expected_version integer, p_agent_id text, p_model text, p_vector_kinds text[], p_vectors public.vector[]) IS 'Replace the one occurrence of p_needle in a memory by p_replacement, both literal text (no %, _, \ or regex meaning; case-sensitive), with the new content''s embedding in the same statement. Errors: empty needle PGM08, absent PGM06, ambiguous (count, overlapping included) PGM05.';
+COMMENT ON FUNCTION pgmem.edit(p_id uuid, p_needle text, p_replacement text, p_embedding public.vector, p_expected_version integer, p_agent_id text, p_model text, p_vector_kinds text[], p_vectors public.vector[]) IS 'Replace the one occurrence of p_needle in a memory that still holds by p_replacement, both literal text (no %, _, \ or regex meaning; case-sensitive), with the new content''s embedding in the same statement. Errors: empty needle PGM08, absent PGM06, ambiguous (count, overlapping included) PGM05, superseded PGM04.';
+
+CREATE FUNCTION pgmem.erase_user(p_user_id text) RETURNS TABLE(table_name text, rows bigint)
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_table name;
+BEGIN
+    PERFORM pgmem._require_maintainer('erase a user');
+    IF p_user_id IS NULL OR p_user_id = '' THEN
+        RAISE EXCEPTION 'name the user to erase' USING ERRCODE = 'PGM08';
+    END IF;
+    -- No history is written for the erased rows (ERASE), and every table of the schema with a user_id
+    -- column is covered, tables added by later migrations included: children first, then memories.
+    PERFORM set_config('pgmem.event', 'ERASE', true);
+    FOR v_table IN
+        SELECT c.relname FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = 'user_id' AND NOT a.attisdropped
+        WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p')
+        ORDER BY CASE c.relname WHEN 'memory_vectors' THEN 0 WHEN 'memory_sources' THEN 0 WHEN 'memories' THEN 1 ELSE 2 END, c.relname
+    LOOP
+        EXECUTE format('DELETE FROM pgmem.%I WHERE user_id = $1', v_table) USING p_user_id;
+        table_name := v_table;
+        GET DIAGNOSTICS rows = ROW_COUNT;
+        RETURN NEXT;
+    END LOOP;
+    PERFORM set_config('pgmem.event', '', true);
+END
+$_$;
+
+COMMENT ON FUNCTION pgmem.erase_user(p_user_id text) IS 'Right to erasure: delete every row of one user from every pgmem table (memories, extra vectors, turns, sources, history, role bindings) in one transaction, writing no history; returns rows deleted per table. Other users are untouched. Superuser or BYPASSRLS only. Dead row versions stay on disk until VACUUM; backups keep them until rotated (docs/lifecycle.md).';
+
+CREATE FUNCTION pgmem.export_user(p_embeddings boolean DEFAULT true) RETURNS SETOF jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    SELECT jsonb_build_object('kind', 'memory', 'id', m.id, 'user_id', m.user_id, 'space', s.name, 'agent_id', m.agent_id,
+               'session_id', m.session_id, 'content', m.content, 'metadata', m.metadata, 'created_at', m.created_at,
+               'updated_at', m.updated_at, 'expires_at', m.expires_at, 'version', m.version, 'valid_from', m.valid_from,
+               'valid_to', m.valid_to, 'superseded_by', m.superseded_by,
+               'embedding', CASE WHEN p_embeddings THEN m.embedding::text::jsonb END,
+               'vectors', CASE WHEN p_embeddings THEN (SELECT coalesce(jsonb_agg(jsonb_build_object('kind', v.kind, 'embedding', v.embedding::text::jsonb) ORDER BY v.n), '[]')
+                                                       FROM pgmem.memory_vectors v WHERE v.user_id = v_user AND v.memory_id = m.id) END,
+               'sources', (SELECT coalesce(jsonb_agg(ms.turn_id ORDER BY ms.turn_id), '[]') FROM pgmem.memory_sources ms
+                           WHERE ms.user_id = v_user AND ms.memory_id = m.id))
+    FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    WHERE m.user_id = v_user ORDER BY m.seq;
+    RETURN QUERY
+    SELECT jsonb_build_object('kind', 'turn', 'turn_id', t.turn_id, 'user_id', t.user_id, 'space', s.name, 'session_id', t.session_id,
+               'agent_id', t.agent_id, 'role', t.role, 'content', t.content, 'metadata', t.metadata, 'created_at', t.created_at,
+               'expires_at', t.expires_at, 'consolidated_at', t.consolidated_at,
+               'embedding', CASE WHEN p_embeddings THEN t.embedding::text::jsonb END)
+    FROM pgmem.turns t JOIN pgmem.spaces s USING (space_id)
+    WHERE t.user_id = v_user ORDER BY t.turn_id;
+    RETURN QUERY
+    SELECT jsonb_build_object('kind', 'history', 'event_id', h.event_id, 'user_id', h.user_id, 'memory_id', h.memory_id, 'event', h.event,
+               'old_content', h.old_content, 'new_content', h.new_content, 'old_metadata', h.old_metadata,
+               'new_metadata', h.new_metadata, 'actor_agent_id', h.actor_agent_id, 'actor_role', h.actor_role,
+               'created_at', h.created_at, 'related_id', h.related_id)
+    FROM pgmem.history h WHERE h.user_id = v_user ORDER BY h.event_id;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.export_user(p_embeddings boolean) IS 'Everything pgmem holds of the current user, one JSON object per row: kind memory (all of them: expired, superseded included; with embedding and extra vectors unless p_embeddings is false, and source turn ids), kind turn, kind history. pgmem.import_user reads it back.';
 
 CREATE FUNCTION pgmem.get(p_id uuid) RETURNS SETOF pgmem.memory
     LANGUAGE plpgsql STABLE
@@ -779,13 +1204,13 @@ DECLARE
 BEGIN
     RETURN QUERY
     SELECT (pgmem._to_memory(m, s.name)).* FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
-    WHERE m.user_id = v_user AND m.id = p_id AND (m.expires_at IS NULL OR m.expires_at > now());
+    WHERE m.user_id = v_user AND m.id = p_id AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now();
 END
 $$;
 
-COMMENT ON FUNCTION pgmem.get(p_id uuid) IS 'One memory of the current user by id: one row, or none when it does not exist, has expired or belongs to another user.';
+COMMENT ON FUNCTION pgmem.get(p_id uuid) IS 'One memory of the current user by id, also when superseded (see valid_to, superseded_by): one row, or none when it does not exist, has expired or belongs to another user.';
 
-CREATE FUNCTION pgmem.history(p_id uuid) RETURNS TABLE(event_id bigint, memory_id uuid, event text, old_content text, new_content text, old_metadata jsonb, new_metadata jsonb, actor_agent_id text, actor_role name, created_at timestamp with time zone)
+CREATE FUNCTION pgmem.history(p_id uuid) RETURNS TABLE(event_id bigint, memory_id uuid, event text, old_content text, new_content text, old_metadata jsonb, new_metadata jsonb, actor_agent_id text, actor_role name, created_at timestamp with time zone, related_id uuid)
     LANGUAGE plpgsql STABLE
     AS $$
 DECLARE
@@ -793,14 +1218,101 @@ DECLARE
 BEGIN
     RETURN QUERY
     SELECT h.event_id, h.memory_id, h.event, h.old_content, h.new_content, h.old_metadata, h.new_metadata,
-           h.actor_agent_id, h.actor_role, h.created_at
+           h.actor_agent_id, h.actor_role, h.created_at, h.related_id
     FROM pgmem.history h WHERE h.user_id = v_user AND h.memory_id = p_id ORDER BY h.event_id;
 END
 $$;
 
-COMMENT ON FUNCTION pgmem.history(p_id uuid) IS 'Every event of one memory of the current user, oldest first (also after the memory was deleted).';
+COMMENT ON FUNCTION pgmem.history(p_id uuid) IS 'Every event of one memory of the current user, oldest first (also after the memory was deleted; after expiry only the EXPIRE tombstone). related_id: the successor of a SUPERSEDE.';
 
-CREATE FUNCTION pgmem.list(p_space text, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_limit integer DEFAULT 50, p_after_created_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_after_id uuid DEFAULT NULL::uuid, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_contains text DEFAULT NULL::text) RETURNS SETOF pgmem.memory
+CREATE FUNCTION pgmem.import_user(p_rows jsonb[]) RETURNS TABLE(kind text, imported bigint, skipped bigint)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_row jsonb;
+    v_space pgmem.spaces;
+    v_new bigint;
+    v_id uuid;
+    v_map jsonb := '{}';
+    v_mem_in bigint := 0; v_mem_skip bigint := 0;
+    v_turn_in bigint := 0;
+    v_hist_skip bigint := 0;
+    v_k text;
+BEGIN
+    -- Turns first (they get new ids; sources are mapped to them), then memories in their export order.
+    FOR v_row IN SELECT r FROM unnest(p_rows) r WHERE r ->> 'kind' = 'turn' ORDER BY (r ->> 'turn_id')::bigint LOOP
+        v_space := pgmem._checked_space(v_row ->> 'space', (v_row ->> 'embedding')::vector, NULL);
+        INSERT INTO pgmem.turns (user_id, space_id, session_id, agent_id, role, content, embedding, metadata, created_at, expires_at, consolidated_at)
+        VALUES (v_user, v_space.space_id, v_row ->> 'session_id', v_row ->> 'agent_id', v_row ->> 'role', v_row ->> 'content',
+                (v_row ->> 'embedding')::vector, coalesce(v_row -> 'metadata', '{}'), (v_row ->> 'created_at')::timestamptz,
+                (v_row ->> 'expires_at')::timestamptz, (v_row ->> 'consolidated_at')::timestamptz)
+        RETURNING turns.turn_id INTO v_new;
+        v_map := v_map || jsonb_build_object(v_row ->> 'turn_id', v_new);
+        v_turn_in := v_turn_in + 1;
+    END LOOP;
+    FOR v_row IN SELECT r FROM unnest(p_rows) WITH ORDINALITY AS x(r, o) WHERE r ->> 'kind' = 'memory' ORDER BY o LOOP
+        IF v_row -> 'embedding' IS NULL OR jsonb_typeof(v_row -> 'embedding') <> 'array' THEN
+            RAISE EXCEPTION 'memory % has no embedding in the export', v_row ->> 'id'
+                USING ERRCODE = 'PGM08', HINT = 'Export with embeddings (pgmem.export_user(true)) to import.';
+        END IF;
+        v_space := pgmem._checked_space(v_row ->> 'space', (v_row ->> 'embedding')::vector, NULL);
+        INSERT INTO pgmem.memories AS m (user_id, id, space_id, agent_id, session_id, content, embedding, metadata, created_at,
+                                         expires_at, valid_from, valid_to, superseded_by)
+        VALUES (v_user, (v_row ->> 'id')::uuid, v_space.space_id, v_row ->> 'agent_id', v_row ->> 'session_id', v_row ->> 'content',
+                (v_row ->> 'embedding')::vector, coalesce(v_row -> 'metadata', '{}'), (v_row ->> 'created_at')::timestamptz,
+                (v_row ->> 'expires_at')::timestamptz, (v_row ->> 'valid_from')::timestamptz, (v_row ->> 'valid_to')::timestamptz,
+                (v_row ->> 'superseded_by')::uuid)
+        ON CONFLICT DO NOTHING
+        RETURNING m.id INTO v_id;
+        IF v_id IS NULL THEN
+            v_mem_skip := v_mem_skip + 1;
+            CONTINUE;
+        END IF;
+        v_mem_in := v_mem_in + 1;
+        INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+        SELECT v_user, v_id, e.o, e.v ->> 'kind', (e.v ->> 'embedding')::vector
+        FROM jsonb_array_elements(coalesce(v_row -> 'vectors', '[]')) WITH ORDINALITY AS e(v, o);
+        INSERT INTO pgmem.memory_sources (user_id, memory_id, turn_id)
+        SELECT v_user, v_id, coalesce((v_map ->> (s.t #>> '{}'))::bigint, (s.t #>> '{}')::bigint)
+        FROM jsonb_array_elements(coalesce(v_row -> 'sources', '[]')) AS s(t)
+        ON CONFLICT DO NOTHING;
+    END LOOP;
+    SELECT count(*) INTO v_hist_skip FROM unnest(p_rows) r WHERE r ->> 'kind' = 'history';
+    FOR v_k IN SELECT DISTINCT r ->> 'kind' FROM unnest(p_rows) r WHERE coalesce(r ->> 'kind', '') NOT IN ('memory', 'turn', 'history') LOOP
+        RAISE EXCEPTION 'unknown row kind %', quote_nullable(v_k) USING ERRCODE = 'PGM08';
+    END LOOP;
+    kind := 'memory'; imported := v_mem_in; skipped := v_mem_skip; RETURN NEXT;
+    kind := 'turn'; imported := v_turn_in; skipped := 0; RETURN NEXT;
+    kind := 'history'; imported := 0; skipped := v_hist_skip; RETURN NEXT;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.import_user(p_rows jsonb[]) IS 'Read rows of pgmem.export_user back in for the current user, all or nothing: memories keep their ids, times, validity, metadata, embeddings, extra vectors and source links; turns get new ids (links follow them). History rows are not replayed (the import writes its own ADD events); they are counted as skipped. A memory whose id or current content already exists is skipped.';
+
+CREATE FUNCTION pgmem.invalidate(p_id uuid, p_valid_to timestamp with time zone DEFAULT NULL::timestamp with time zone, p_agent_id text DEFAULT NULL::text) RETURNS SETOF pgmem.memory
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_row pgmem.memories := pgmem._lock_current(v_user, p_id);
+    v_at timestamptz := coalesce(p_valid_to, now());
+BEGIN
+    IF v_at < v_row.valid_from THEN
+        RAISE EXCEPTION 'a fact cannot stop holding at %, before it began (%)', v_at, v_row.valid_from USING ERRCODE = 'PGM08';
+    END IF;
+    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    PERFORM set_config('pgmem.event', 'INVALIDATE', true);
+    UPDATE pgmem.memories m SET valid_to = v_at WHERE m.user_id = v_user AND m.id = p_id RETURNING * INTO v_row;
+    PERFORM set_config('pgmem.event', '', true);
+    PERFORM set_config('pgmem.actor', '', true);
+    RETURN NEXT pgmem._to_memory(v_row, (SELECT s.name FROM pgmem.spaces s WHERE s.space_id = v_row.space_id));
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.invalidate(p_id uuid, p_valid_to timestamp with time zone, p_agent_id text) IS 'Mark a fact as no longer holding from p_valid_to (default now), without a successor and without deleting it. Returns the memory.';
+
+CREATE FUNCTION pgmem.list(p_space text, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_limit integer DEFAULT 50, p_after_created_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_after_id uuid DEFAULT NULL::uuid, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_contains text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgmem.memory
     LANGUAGE plpgsql STABLE
     AS $_$
 DECLARE
@@ -817,7 +1329,7 @@ BEGIN
     IF (p_after_created_at IS NULL) <> (p_after_id IS NULL) THEN
         RAISE EXCEPTION 'a cursor needs both created_at and id' USING ERRCODE = 'PGM08';
     END IF;
-    v_scope := pgmem._scope_sql(v_space.space_id, p_filter);
+    v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
     RETURN QUERY EXECUTE
         'SELECT (pgmem._to_memory(m, $9)).* FROM pgmem.memories m WHERE ' || v_scope.o_sql
         || ' AND ($10::timestamptz IS NULL OR (m.created_at, m.id) > ($10, $11))'
@@ -828,9 +1340,98 @@ BEGIN
 END
 $_$;
 
-COMMENT ON FUNCTION pgmem.list(p_space text, p_agent_id text, p_session_id text, p_filter jsonb, p_limit integer, p_after_created_at timestamp with time zone, p_after_id uuid, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_contains text) IS 'The current user''s memories in a space, oldest first, with keyset pagination: pass the last row''s (created_at, id) as the cursor. Filters: agent, session, metadata, created_at range [after, before), literal content substring (p_contains: plain text, case-sensitive).';
+COMMENT ON FUNCTION pgmem.list(p_space text, p_agent_id text, p_session_id text, p_filter jsonb, p_limit integer, p_after_created_at timestamp with time zone, p_after_id uuid, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_contains text, p_as_of timestamp with time zone) IS 'The current user''s memories in a space that hold now (or at p_as_of), oldest first, with keyset pagination: pass the last row''s (created_at, id) as the cursor. Filters: agent, session, metadata, created_at range [after, before), literal content substring (p_contains: plain text, case-sensitive).';
 
-CREATE FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_min_similarity double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgmem.memory
+CREATE FUNCTION pgmem.pending_turns(p_space text, p_session_id text, p_n integer DEFAULT 1000) RETURNS SETOF pgmem.turn
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+BEGIN
+    IF p_n IS NULL OR p_n < 1 OR p_n > 10000 THEN
+        RAISE EXCEPTION 'n must be between 1 and 10000, got %', p_n USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN QUERY SELECT * FROM pgmem._turns(v_user, v_space, p_session_id, true, p_n);
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.pending_turns(p_space text, p_session_id text, p_n integer) IS 'The live turns of a session not yet consolidated (the last n, 1..10000), oldest first: the input of a consolidation.';
+
+CREATE FUNCTION pgmem.purge(p_limit integer DEFAULT 10000) RETURNS TABLE(memories bigint, turns bigint, history bigint)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pgmem._require_maintainer('purge expired rows');
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'limit must be at least 1, got %', p_limit USING ERRCODE = 'PGM08';
+    END IF;
+    PERFORM set_config('pgmem.event', 'EXPIRE', true);
+    WITH x AS (
+        SELECT m.user_id, m.id FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+        WHERE pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) <= now()
+        LIMIT p_limit FOR UPDATE OF m SKIP LOCKED
+    ), d AS (
+        DELETE FROM pgmem.memories m USING x WHERE m.user_id = x.user_id AND m.id = x.id RETURNING 1
+    )
+    SELECT count(*) INTO memories FROM d;
+    PERFORM set_config('pgmem.event', '', true);
+    -- An expired memory keeps only its tombstone: the content in its earlier events goes too.
+    WITH d AS (
+        DELETE FROM pgmem.history h USING pgmem.history t
+        WHERE t.event = 'EXPIRE' AND h.user_id = t.user_id AND h.memory_id = t.memory_id AND h.event <> 'EXPIRE'
+        RETURNING 1
+    )
+    SELECT count(*) INTO history FROM d;
+    WITH x AS (
+        SELECT t.user_id, t.turn_id FROM pgmem.turns t JOIN pgmem.spaces s USING (space_id)
+        WHERE pgmem._expiry(t.expires_at, t.created_at, s.turn_ttl) <= now()
+        LIMIT p_limit FOR UPDATE OF t SKIP LOCKED
+    ), d AS (
+        DELETE FROM pgmem.turns t USING x WHERE t.user_id = x.user_id AND t.turn_id = x.turn_id RETURNING 1
+    )
+    SELECT count(*) INTO turns FROM d;
+    RETURN NEXT;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.purge(p_limit integer) IS 'Physically remove expired memories (leaving an EXPIRE tombstone in history and removing their other history events, content included) and expired turns, at most p_limit of each per call; returns the counts. Expired rows are already invisible; this frees them. Run it from a scheduler (pgmem.schedule_purge with pg_cron, or `pgmem purge`), as a superuser or a BYPASSRLS role.';
+
+CREATE FUNCTION pgmem.recent_turns(p_space text, p_session_id text, p_n integer DEFAULT 20) RETURNS SETOF pgmem.turn
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+BEGIN
+    IF p_n IS NULL OR p_n < 1 OR p_n > 1000 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1000, got %', p_n USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN QUERY SELECT * FROM pgmem._turns(v_user, v_space, p_session_id, false, p_n);
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.recent_turns(p_space text, p_session_id text, p_n integer) IS 'The last n (1..1000) live turns of one session of the current user, oldest first.';
+
+CREATE FUNCTION pgmem.schedule_purge(p_schedule text DEFAULT '*/10 * * * *'::text) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_job bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') THEN
+        RAISE EXCEPTION 'pg_cron is not installed in this database' USING ERRCODE = 'PGM00',
+            HINT = 'Install pg_cron (CREATE EXTENSION pg_cron), or run `pgmem purge` from cron, a systemd timer or a Kubernetes CronJob.';
+    END IF;
+    EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO v_job
+    USING 'pgmem-purge', p_schedule, 'SELECT * FROM pgmem.purge()';
+    RETURN v_job;
+END
+$_$;
+
+COMMENT ON FUNCTION pgmem.schedule_purge(p_schedule text) IS 'With pg_cron: schedule SELECT * FROM pgmem.purge() as job ''pgmem-purge'' (cron syntax, default every 10 minutes), as the calling role; returns the job id. Without pg_cron: error PGM00.';
+
+CREATE FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_min_similarity double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgmem.memory
     LANGUAGE plpgsql
     SET "hnsw.ef_search" TO '40'
     SET "hnsw.iterative_scan" TO 'relaxed_order'
@@ -855,7 +1456,7 @@ BEGIN
     IF p_min_similarity IS NOT NULL AND (p_min_similarity < -1 OR p_min_similarity > 1 OR p_min_similarity = 'NaN') THEN
         RAISE EXCEPTION 'min_similarity must be in [-1, 1], got %', p_min_similarity USING ERRCODE = 'PGM08';
     END IF;
-    v_scope := pgmem._scope_sql(v_space.space_id, p_filter);
+    v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
 
     -- Routing. A shared HNSW index post-filters: for a tenant (or filter) holding a small share of the
     -- space it returns too few rows. So count the matching rows, capped, and scan them exactly when few.
@@ -903,9 +1504,9 @@ BEGIN
 END
 $_$;
 
-COMMENT ON FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer, p_agent_id text, p_session_id text, p_filter jsonb, p_min_similarity double precision, p_model text, p_created_after timestamp with time zone, p_created_before timestamp with time zone) IS 'Nearest memories of the current user by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match, else HNSW with iterative scan (ef_search max(100, 2k), relaxed order re-sorted), falling back to exact when the index returns fewer than k.';
+COMMENT ON FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer, p_agent_id text, p_session_id text, p_filter jsonb, p_min_similarity double precision, p_model text, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_as_of timestamp with time zone) IS 'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match, else HNSW with iterative scan (ef_search max(100, 2k), relaxed order re-sorted), falling back to exact when the index returns fewer than k.';
 
-CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding public.vector DEFAULT NULL::public.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT 0.4, p_vector_weight double precision DEFAULT 0.6, p_speaker_weight double precision DEFAULT 0.2, p_session_weight double precision DEFAULT 0.4, p_model text DEFAULT NULL::text) RETURNS SETOF pgmem.hybrid_hit
+CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding public.vector DEFAULT NULL::public.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT 0.4, p_vector_weight double precision DEFAULT 0.6, p_speaker_weight double precision DEFAULT 0.2, p_session_weight double precision DEFAULT 0.4, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgmem.hybrid_hit
     LANGUAGE plpgsql
     SET "hnsw.ef_search" TO '40'
     SET "hnsw.iterative_scan" TO 'relaxed_order'
@@ -945,7 +1546,7 @@ BEGIN
         v_tsquery := array_to_string(ARRAY(
             SELECT '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''' FROM unnest(v_lexemes) l), ' | ')::tsquery;
     END IF;
-    v_scope := pgmem._scope_sql(v_space.space_id, p_filter);
+    v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
     EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmem.memories m WHERE %s LIMIT %s) c', v_scope.o_sql, v_threshold + 1)
     INTO v_n
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
@@ -1044,7 +1645,7 @@ BEGIN
 END
 $_$;
 
-COMMENT ON FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding public.vector, p_k integer, p_agent_id text, p_session_id text, p_filter jsonb, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_text_weight double precision, p_vector_weight double precision, p_speaker_weight double precision, p_session_weight double precision, p_model text) IS 'Hybrid recall for the current user: BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first. Without p_embedding: full-text only. Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
+COMMENT ON FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding public.vector, p_k integer, p_agent_id text, p_session_id text, p_filter jsonb, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_text_weight double precision, p_vector_weight double precision, p_speaker_weight double precision, p_session_weight double precision, p_model text, p_as_of timestamp with time zone) IS 'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first. Without p_embedding: full-text only. Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
 
 CREATE FUNCTION pgmem.session_tail(p_space text, p_session_id text, p_n integer DEFAULT 1) RETURNS SETOF pgmem.memory
     LANGUAGE plpgsql STABLE
@@ -1060,13 +1661,48 @@ BEGIN
     SELECT (t.r).* FROM (
         SELECT pgmem._to_memory(m, v_space.name) AS r, m.created_at AS c, m.seq AS q FROM pgmem.memories m
         WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.session_id = p_session_id
-          AND (m.expires_at IS NULL OR m.expires_at > now())
+          AND pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now()
         ORDER BY m.created_at DESC, m.seq DESC LIMIT p_n
     ) t ORDER BY t.c, t.q;
 END
 $$;
 
 COMMENT ON FUNCTION pgmem.session_tail(p_space text, p_session_id text, p_n integer) IS 'The last n (1..100) memories of one session of the current user, in write order (created_at, then write sequence): the context a new memory of that session follows.';
+
+CREATE FUNCTION pgmem.set_retention(p_space text, p_memory_ttl interval, p_turn_ttl interval DEFAULT NULL::interval) RETURNS pgmem.spaces
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pgmem'
+    AS $$
+DECLARE
+    v_space pgmem.spaces := pgmem.space(p_space);
+BEGIN
+    IF p_memory_ttl <= interval '0' OR p_turn_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'a time-to-live must be positive' USING ERRCODE = 'PGM08';
+    END IF;
+    UPDATE pgmem.spaces s SET memory_ttl = p_memory_ttl, turn_ttl = coalesce(p_turn_ttl, s.turn_ttl)
+    WHERE s.space_id = v_space.space_id RETURNING * INTO v_space;
+    RETURN v_space;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.set_retention(p_space text, p_memory_ttl interval, p_turn_ttl interval) IS 'Schema owner and gateways: a space''s default time-to-live of memories (NULL: keep until deleted) and of turns (NULL: unchanged). Applies at once to every memory and turn without its own expires_at, counted from its created_at.';
+
+CREATE FUNCTION pgmem.sources(p_id uuid) RETURNS TABLE(turn_id bigint, session_id text, role text, content text, created_at timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    SELECT s.turn_id, t.session_id, t.role, t.content, t.created_at
+    FROM pgmem.memory_sources s
+    LEFT JOIN pgmem.turns t ON t.user_id = v_user AND t.turn_id = s.turn_id
+    WHERE s.user_id = v_user AND s.memory_id = p_id
+    ORDER BY s.turn_id;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.sources(p_id uuid) IS 'The turns a consolidated memory came from, in order; session, role, content and time are NULL once the turn is purged.';
 
 CREATE FUNCTION pgmem.space(p_name text) RETURNS pgmem.spaces
     LANGUAGE plpgsql STABLE
@@ -1098,13 +1734,78 @@ BEGIN
     SELECT s.name, count(m.id), count(DISTINCT m.agent_id), count(DISTINCT m.session_id), min(m.created_at), max(m.created_at)
     FROM pgmem.spaces s
     LEFT JOIN pgmem.memories m
-      ON m.space_id = s.space_id AND m.user_id = v_user AND (m.expires_at IS NULL OR m.expires_at > now())
+      ON m.space_id = s.space_id AND m.user_id = v_user AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
+         AND m.valid_to IS NULL
     WHERE p_space IS NULL OR s.name = p_space
     GROUP BY s.name ORDER BY s.name;
 END
 $$;
 
-COMMENT ON FUNCTION pgmem.stats(p_space text) IS 'Per space: the current user''s live memories, distinct agents and sessions, oldest and newest created_at.';
+COMMENT ON FUNCTION pgmem.stats(p_space text) IS 'Per space: the current user''s live memories that hold now, distinct agents and sessions, oldest and newest created_at.';
+
+CREATE FUNCTION pgmem.supersede(p_id uuid, p_content text, p_embedding public.vector, p_metadata jsonb DEFAULT NULL::jsonb, p_valid_from timestamp with time zone DEFAULT NULL::timestamp with time zone, p_agent_id text DEFAULT NULL::text, p_expected_version integer DEFAULT NULL::integer, p_model text DEFAULT NULL::text, p_vector_kinds text[] DEFAULT NULL::text[], p_vectors public.vector[] DEFAULT NULL::public.vector[]) RETURNS SETOF pgmem.memory
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_old pgmem.memories := pgmem._lock_current(v_user, p_id);
+    v_space pgmem.spaces;
+    v_at timestamptz := coalesce(p_valid_from, now());
+    v_new uuid;
+    v_row pgmem.memories;
+BEGIN
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = v_old.space_id;
+    PERFORM pgmem._checked_space(v_space.name, p_embedding, p_model);
+    IF p_embedding IS NULL OR p_content IS NULL THEN
+        RAISE EXCEPTION 'superseding needs the new content and its embedding' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_expected_version IS NOT NULL AND p_expected_version <> v_old.version THEN
+        RAISE EXCEPTION 'memory % is at version %, not %', p_id, v_old.version, p_expected_version USING ERRCODE = 'PGM04';
+    END IF;
+    IF p_content = v_old.content THEN
+        RAISE EXCEPTION 'the new content of memory % is the same as the old; nothing to supersede', p_id USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_metadata IS NOT NULL AND jsonb_typeof(p_metadata) <> 'object' THEN
+        RAISE EXCEPTION 'metadata must be a JSON object' USING ERRCODE = 'PGM08';
+    END IF;
+    IF v_at < v_old.valid_from THEN
+        RAISE EXCEPTION 'the new fact cannot hold from % , before the old one began (%)', v_at, v_old.valid_from USING ERRCODE = 'PGM08';
+    END IF;
+    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    -- The successor first: its content differs from the old fact's, so the old one does not block it.
+    PERFORM pgmem._expire_conflicts(v_user, v_space, ARRAY[pgmem.content_hash(p_content)]);
+    INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, valid_from)
+    VALUES (v_user, v_space.space_id, coalesce(p_agent_id, v_old.agent_id), v_old.session_id, p_content, p_embedding,
+            v_old.metadata || coalesce(p_metadata, '{}'), v_old.expires_at, v_at)
+    ON CONFLICT (user_id, space_id, content_hash) WHERE valid_to IS NULL DO NOTHING
+    RETURNING m.id INTO v_new;
+    IF v_new IS NULL THEN
+        -- The new content already holds as another memory: that one is the successor.
+        SELECT m.id INTO v_new FROM pgmem.memories m
+        WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_content)
+          AND m.valid_to IS NULL;
+    ELSE
+        PERFORM pgmem._store_vectors(v_user, v_new, p_vector_kinds, p_vectors);
+    END IF;
+    PERFORM set_config('pgmem.event', 'SUPERSEDE', true);
+    UPDATE pgmem.memories m SET valid_to = v_at, superseded_by = v_new WHERE m.user_id = v_user AND m.id = p_id;
+    PERFORM set_config('pgmem.event', '', true);
+    PERFORM set_config('pgmem.actor', '', true);
+    SELECT * INTO v_row FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = v_new;
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.supersede(p_id uuid, p_content text, p_embedding public.vector, p_metadata jsonb, p_valid_from timestamp with time zone, p_agent_id text, p_expected_version integer, p_model text, p_vector_kinds text[], p_vectors public.vector[]) IS 'Replace a fact without losing it: the memory p_id stops holding at p_valid_from (default now) and points to its successor, a new memory with p_content (metadata: the old merged with p_metadata; same session and expiry) holding from then on. Returns the successor. Search shows only what holds now unless asked as of a past time; pgmem.chain lists the whole line. Errors: PGM03 not found, PGM04 already superseded or version mismatch.';
+
+CREATE FUNCTION pgmem.token_count(p_text text) RETURNS integer
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT coalesce(sum(CASE WHEN r.m[1] ~ '^[A-Za-z0-9]' THEN (char_length(r.m[1]) + 3) / 4 ELSE 1 END), 0)::integer
+    FROM regexp_matches(p_text, '[A-Za-z0-9]+|[^A-Za-z0-9[:space:]]', 'g') AS r(m)
+$$;
+
+COMMENT ON FUNCTION pgmem.token_count(p_text text) IS 'Estimated tokens of a text, offline: each run of ASCII letters and digits counts ceil(length / 4), each other non-space character 1; white space counts 0. The unit of context budgets.';
 
 CREATE FUNCTION pgmem.unbind_role(p_role name) RETURNS boolean
     LANGUAGE sql
@@ -1119,16 +1820,10 @@ CREATE FUNCTION pgmem.update(p_id uuid, p_content text DEFAULT NULL::text, p_emb
     AS $$
 DECLARE
     v_user text := pgmem._require_user();
-    v_row pgmem.memories;
+    v_row pgmem.memories := pgmem._lock_current(v_user, p_id);
     v_space pgmem.spaces;
     v_changed boolean;
 BEGIN
-    SELECT * INTO v_row FROM pgmem.memories m
-    WHERE m.user_id = v_user AND m.id = p_id AND (m.expires_at IS NULL OR m.expires_at > now())
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'memory % not found', p_id USING ERRCODE = 'PGM03';
-    END IF;
     SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = v_row.space_id;
     PERFORM pgmem._checked_space(v_space.name, p_embedding, p_model);
     IF p_expected_version IS NOT NULL AND p_expected_version <> v_row.version THEN
@@ -1163,7 +1858,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION pgmem.update(p_id uuid, p_content text, p_embedding public.vector, p_metadata jsonb, p_replace_metadata boolean, p_expected_version integer, p_agent_id text, p_model text, p_vector_kinds text[], p_vectors public.vector[]) IS 'Update a memory: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata. p_expected_version makes it optimistic (PGM04 on mismatch). Returns the new row; PGM03 when not found.';
+COMMENT ON FUNCTION pgmem.update(p_id uuid, p_content text, p_embedding public.vector, p_metadata jsonb, p_replace_metadata boolean, p_expected_version integer, p_agent_id text, p_model text, p_vector_kinds text[], p_vectors public.vector[]) IS 'Update a memory that still holds: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata. p_expected_version makes it optimistic (PGM04 on mismatch; also when the memory was superseded or invalidated). Returns the new row; PGM03 when not found or expired.';
 
 CREATE TABLE pgmem.history (
     user_id text NOT NULL,
@@ -1177,12 +1872,15 @@ CREATE TABLE pgmem.history (
     actor_agent_id text,
     actor_role name DEFAULT SESSION_USER NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT history_event_check CHECK ((event = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'EDIT'::text, 'DELETE'::text])))
+    related_id uuid,
+    CONSTRAINT history_event_check CHECK ((event = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'EDIT'::text, 'DELETE'::text, 'SUPERSEDE'::text, 'INVALIDATE'::text, 'EXPIRE'::text])))
 );
 
 ALTER TABLE ONLY pgmem.history FORCE ROW LEVEL SECURITY;
 
-COMMENT ON TABLE pgmem.history IS 'Append-only log of every change to a memory (ADD, UPDATE, EDIT, DELETE) with old and new content and metadata, actor and time. Written only by trigger.';
+COMMENT ON TABLE pgmem.history IS 'Append-only log of every change to a memory (ADD, UPDATE, EDIT, DELETE, SUPERSEDE, INVALIDATE, EXPIRE) with old and new content and metadata, actor and time. Written only by trigger. EXPIRE is a tombstone without content: pgmem.purge removes the other events of an expired memory.';
+
+COMMENT ON COLUMN pgmem.history.related_id IS 'SUPERSEDE: the memory that replaced this one.';
 
 ALTER TABLE pgmem.history ALTER COLUMN event_id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pgmem.history_event_id_seq
@@ -1217,9 +1915,19 @@ CREATE VIEW pgmem.memories_view WITH (security_invoker='true') AS
     m.version
    FROM (pgmem.memories m
      JOIN pgmem.spaces s USING (space_id))
-  WHERE ((m.user_id = ( SELECT pgmem.current_user_id() AS current_user_id)) AND ((m.expires_at IS NULL) OR (m.expires_at > now())));
+  WHERE ((m.user_id = ( SELECT pgmem.current_user_id() AS current_user_id)) AND (pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()) AND (m.valid_to IS NULL));
 
-COMMENT ON VIEW pgmem.memories_view IS 'The current user''s live memories, newest age last: SET pgmem.user_id = ''alice''; SELECT * FROM pgmem.memories_view;';
+COMMENT ON VIEW pgmem.memories_view IS 'The current user''s live memories that hold now: SET pgmem.user_id = ''alice''; SELECT * FROM pgmem.memories_view;';
+
+CREATE TABLE pgmem.memory_sources (
+    user_id text NOT NULL,
+    memory_id uuid NOT NULL,
+    turn_id bigint NOT NULL
+);
+
+ALTER TABLE ONLY pgmem.memory_sources FORCE ROW LEVEL SECURITY;
+
+COMMENT ON TABLE pgmem.memory_sources IS 'Links from a consolidated memory to the turns it was made from (turn ids stay after the turns expire).';
 
 CREATE TABLE pgmem.memory_vectors (
     user_id text NOT NULL,
@@ -1252,16 +1960,50 @@ ALTER TABLE pgmem.spaces ALTER COLUMN space_id ADD GENERATED ALWAYS AS IDENTITY 
     CACHE 1
 );
 
+CREATE TABLE pgmem.turns (
+    user_id text NOT NULL,
+    turn_id bigint NOT NULL,
+    space_id integer NOT NULL,
+    session_id text NOT NULL,
+    agent_id text,
+    role text NOT NULL,
+    content text NOT NULL,
+    embedding public.vector,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    consolidated_at timestamp with time zone,
+    CONSTRAINT turns_agent_id_check CHECK ((length(agent_id) <= 256)),
+    CONSTRAINT turns_content_check CHECK (((char_length(content) >= 1) AND (char_length(content) <= 100000))),
+    CONSTRAINT turns_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
+    CONSTRAINT turns_role_check CHECK ((role = ANY (ARRAY['user'::text, 'assistant'::text, 'system'::text, 'tool'::text]))),
+    CONSTRAINT turns_session_id_check CHECK (((session_id <> ''::text) AND (length(session_id) <= 256))),
+    CONSTRAINT turns_user_id_check CHECK (((user_id <> ''::text) AND (length(user_id) <= 256)))
+);
+
+ALTER TABLE ONLY pgmem.turns FORCE ROW LEVEL SECURITY;
+
+COMMENT ON TABLE pgmem.turns IS 'Conversation turns per user and session (short-term memory), in write order (turn_id), with a time-to-live (own expires_at, else the space''s turn_ttl after created_at). consolidated_at: when pgmem.consolidate turned them into memories.';
+
+ALTER TABLE pgmem.turns ALTER COLUMN turn_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgmem.turns_turn_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 ALTER TABLE ONLY pgmem.memories ALTER COLUMN seq SET DEFAULT nextval('pgmem.memories_seq'::regclass);
 
 ALTER TABLE ONLY pgmem.history
     ADD CONSTRAINT history_pkey PRIMARY KEY (user_id, event_id);
 
 ALTER TABLE ONLY pgmem.memories
-    ADD CONSTRAINT memories_content_key UNIQUE (user_id, space_id, content_hash);
-
-ALTER TABLE ONLY pgmem.memories
     ADD CONSTRAINT memories_pkey PRIMARY KEY (user_id, id);
+
+ALTER TABLE ONLY pgmem.memory_sources
+    ADD CONSTRAINT memory_sources_pkey PRIMARY KEY (user_id, memory_id, turn_id);
 
 ALTER TABLE ONLY pgmem.memory_vectors
     ADD CONSTRAINT memory_vectors_pkey PRIMARY KEY (user_id, memory_id, n);
@@ -1275,7 +2017,16 @@ ALTER TABLE ONLY pgmem.spaces
 ALTER TABLE ONLY pgmem.spaces
     ADD CONSTRAINT spaces_pkey PRIMARY KEY (space_id);
 
+ALTER TABLE ONLY pgmem.turns
+    ADD CONSTRAINT turns_pkey PRIMARY KEY (user_id, turn_id);
+
+CREATE INDEX history_expire_idx ON pgmem.history USING btree (user_id, memory_id) WHERE (event = 'EXPIRE'::text);
+
 CREATE INDEX history_user_memory_idx ON pgmem.history USING btree (user_id, memory_id, event_id);
+
+CREATE UNIQUE INDEX memories_content_key ON pgmem.memories USING btree (user_id, space_id, content_hash) WHERE (valid_to IS NULL);
+
+CREATE INDEX memories_expires_at_idx ON pgmem.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
 CREATE INDEX memories_fts_idx ON pgmem.memories USING gin (fts);
 
@@ -1284,6 +2035,14 @@ CREATE INDEX memories_user_agent_idx ON pgmem.memories USING btree (user_id, age
 CREATE INDEX memories_user_session_idx ON pgmem.memories USING btree (user_id, session_id, created_at, seq);
 
 CREATE INDEX memories_user_space_created_idx ON pgmem.memories USING btree (user_id, space_id, created_at, id);
+
+CREATE INDEX memories_user_superseded_by_idx ON pgmem.memories USING btree (user_id, superseded_by) WHERE (superseded_by IS NOT NULL);
+
+CREATE INDEX memory_sources_turn_idx ON pgmem.memory_sources USING btree (user_id, turn_id);
+
+CREATE INDEX turns_created_at_idx ON pgmem.turns USING btree (created_at);
+
+CREATE INDEX turns_user_session_idx ON pgmem.turns USING btree (user_id, space_id, session_id, turn_id);
 
 CREATE TRIGGER history_append_only BEFORE UPDATE ON pgmem.history FOR EACH ROW EXECUTE FUNCTION pgmem._history_append_only();
 
@@ -1296,8 +2055,14 @@ CREATE TRIGGER memory_vectors_before_insert BEFORE INSERT ON pgmem.memory_vector
 ALTER TABLE ONLY pgmem.memories
     ADD CONSTRAINT memories_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id);
 
+ALTER TABLE ONLY pgmem.memory_sources
+    ADD CONSTRAINT memory_sources_memory_fkey FOREIGN KEY (user_id, memory_id) REFERENCES pgmem.memories(user_id, id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY pgmem.memory_vectors
     ADD CONSTRAINT memory_vectors_memory_fkey FOREIGN KEY (user_id, memory_id) REFERENCES pgmem.memories(user_id, id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY pgmem.turns
+    ADD CONSTRAINT turns_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id);
 
 ALTER TABLE pgmem.history ENABLE ROW LEVEL SECURITY;
 
@@ -1307,6 +2072,14 @@ ALTER TABLE pgmem.memories ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY memories_tenant ON pgmem.memories USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
 
+ALTER TABLE pgmem.memory_sources ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY memory_sources_tenant ON pgmem.memory_sources USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+
 ALTER TABLE pgmem.memory_vectors ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY memory_vectors_tenant ON pgmem.memory_vectors USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+
+ALTER TABLE pgmem.turns ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY turns_tenant ON pgmem.turns USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));

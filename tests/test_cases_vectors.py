@@ -329,7 +329,7 @@ def test_c12_scale_is_documented(admin):
     from pgmem import Memory, MemoryRecord
 
     comment = admin.execute("SELECT obj_description('pgmem.search(text, vector, integer, text, text, jsonb,"
-                            " double precision, text, timestamptz, timestamptz)'::regprocedure)").fetchone()[0]
+                            " double precision, text, timestamptz, timestamptz, timestamptz)'::regprocedure)").fetchone()[0]
     assert "[-1, 1]" in comment and "cosine" in comment
     assert "[-1, 1]" in Memory.search.__doc__ and "[-1, 1]" in MemoryRecord.__doc__
 

@@ -25,7 +25,8 @@ def pg16(tmp_path):
 def test_postgresql_16_migrates_and_serves_the_api(pg16):
     with psycopg.connect(pg16, autocommit=True) as conn:
         assert conn.info.server_version // 10000 == 16
-    assert migrations.migrate(pg16) == ["0001.pgmem-vector-extension", "0002.pgmem-core"]
+    shipped = sorted(f.name[:-4] for f in migrations.sql_path().glob("*.sql") if not f.name.endswith(".rollback.sql"))
+    assert migrations.migrate(pg16) == shipped
     assert migrations.migrate(pg16) == []
     alice = Memory(pg16, user_id="alice", agent_id="a", embedder=HashEmbedder(64), space="t64",
                    role="pgmem_gateway", max_size=2)
@@ -38,6 +39,12 @@ def test_postgresql_16_migrates_and_serves_the_api(pg16):
         assert [e.event for e in alice.history(first.id)] == ["ADD", "EDIT"]
         bob = alice.with_identity(user_id="bob")
         assert bob.search("coffee") == [] and bob.get(second.id) is None
+        # lifecycle (migration 0003): supersede, turns, context
+        nights = alice.supersede(second.id, "Alice works days")
+        assert [m.id for m in alice.chain(second.id)] == [second.id, nights.id]
+        alice.append_turn("s", "user", "what shift do I work?")
+        ctx = alice.context("shift work days", session_id="s", budget_tokens=100)
+        assert ctx.tokens <= 100 and {i.source for i in ctx.items} == {"memory", "turn"}
     finally:
         alice.close()
     with psycopg.connect(pg16, autocommit=True) as conn:

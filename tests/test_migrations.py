@@ -223,3 +223,42 @@ def test_sql_path_holds_every_migration_where_a_wheel_puts_them(tmp_path):
     where, *listed = proc.stdout.splitlines()
     assert Path(where) == site / "pgmem" / "sql"
     assert listed == repo_files
+
+
+def test_0003_upgrades_data_written_under_0002_and_rolls_back(new_db):
+    """Memories written before the lifecycle migration keep working: valid_from is backfilled from created_at
+    without history events, the data stays searchable, and rolling 0003 back returns to 0002's shape."""
+    from yoyo import get_backend, read_migrations
+
+    dsn = dsn_for(new_db())
+    backend = get_backend(migrations.yoyo_url(dsn))
+    everything = read_migrations(str(SQL_DIR))
+    with backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(type(everything)([m for m in everything if m.id <= "0002.pgmem-core"])))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgmem.create_space('t3', 'm', 3)")
+        with conn.transaction():
+            conn.execute("SELECT pgmem.act_as('alice')")
+            conn.execute("SELECT * FROM pgmem.add('t3', 'old fact', '[1,0,0]', p_session_id => 's')")
+            conn.execute("SELECT * FROM pgmem.add('t3', 'other fact', '[0,1,0]')")
+    assert migrations.migrate(dsn) == [i for i in migration_ids() if i > "0002.pgmem-core"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pgmem.memories WHERE valid_from = created_at AND valid_to IS NULL"
+                            ).fetchone() == (2,)
+        assert conn.execute("SELECT event, count(*) FROM pgmem.history GROUP BY 1").fetchall() == [("ADD", 2)]
+        with conn.transaction():
+            conn.execute("SELECT pgmem.act_as('alice')")
+            hit = conn.execute("SELECT id, content FROM pgmem.search('t3', '[1,0.1,0]', 1)").fetchone()
+            assert hit[1] == "old fact"
+            conn.execute("SELECT * FROM pgmem.supersede(%s, 'new fact', '[0,0,1]')", [hit[0]])
+            assert [r[0] for r in conn.execute("SELECT content FROM pgmem.list('t3')")] == ["other fact", "new fact"]
+            conn.execute("SELECT * FROM pgmem.append_turn('t3', 's', 'user', 'hello')")
+    # Back to 0002: the superseded fact and the turn go (0002 cannot hold them); the rest works as before.
+    assert migrations.rollback(dsn, 1) == [migration_ids()[-1]] and migration_ids()[-1] == "0003.pgmem-lifecycle"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute("SELECT pgmem.act_as('alice')")
+            assert sorted(r[0] for r in conn.execute("SELECT content FROM pgmem.list('t3')")) == ["new fact", "other fact"]
+            assert conn.execute("SELECT content FROM pgmem.search('t3', '[0,0,1]', 1)").fetchone() == ("new fact",)
+        assert conn.execute("SELECT count(*) FROM pg_class WHERE relname = 'turns'").fetchone() == (0,)
+    assert migrations.migrate(dsn) == ["0003.pgmem-lifecycle"]
