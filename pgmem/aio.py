@@ -16,9 +16,10 @@ Every method takes ``conn=`` (an ``AsyncConnection``) so several calls can share
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+import inspect
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -29,12 +30,17 @@ from .client import (
     DEFAULT_SPACE,
     GATEWAY_ROLE,
     AddResult,
+    Context,
+    ContextItem,
     HistoryEvent,
     MemoryBase,
     MemoryRecord,
     Page,
+    PurgeResult,
+    Source,
     Space,
     SpaceStats,
+    Turn,
     _registered,
     _row,
     _vector_missing,
@@ -300,10 +306,11 @@ class AsyncMemory(MemoryBase):
     async def list(self, *, agent_id: str | None = None, session_id: str | None = None,
                    filter: Mapping[str, Any] | None = None, limit: int = 50, cursor: str | None = None,
                    created_after: datetime | None = None, created_before: datetime | None = None,
-                   contains: str | None = None, conn: psycopg.AsyncConnection | None = None) -> Page:
-        """As :meth:`pgmem.Memory.list`."""
+                   contains: str | None = None, as_of: datetime | None = None,
+                   conn: psycopg.AsyncConnection | None = None) -> Page:
+        """As :meth:`pgmem.Memory.list` (``as_of``: what held at that time)."""
         params = self._list_params(agent_id, session_id, filter, limit, cursor, created_after, created_before,
-                                   contains)
+                                   contains, as_of)
         await self.space(conn=conn)
         return self._page(await self._rows("list", params, conn), limit)
 
@@ -311,10 +318,11 @@ class AsyncMemory(MemoryBase):
                      filter: Mapping[str, Any] | None = None, agent_id: str | None = None,
                      session_id: str | None = None, min_similarity: float | None = None,
                      created_after: datetime | None = None, created_before: datetime | None = None,
-                     mode: str | None = None, conn: psycopg.AsyncConnection | None = None) -> list[MemoryRecord]:
-        """As :meth:`pgmem.Memory.search` (hybrid, vector or text)."""
+                     mode: str | None = None, as_of: datetime | None = None,
+                     conn: psycopg.AsyncConnection | None = None) -> list[MemoryRecord]:
+        """As :meth:`pgmem.Memory.search` (hybrid, vector or text; ``as_of``: what held at that time)."""
         s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
-                              created_before, mode)
+                              created_before, mode, as_of)
         params = await self._off_loop(self._search_params, await self.space(conn=conn), s)
         if s["mode"] == "vector":
             rows = await self._rows("search", params, conn)
@@ -331,6 +339,111 @@ class AsyncMemory(MemoryBase):
         if not all_spaces:
             await self.space(conn=conn)
         return [_row(SpaceStats, r) for r in await self._rows("stats", self._stats_params(all_spaces), conn)]
+
+    # --- validity ---------------------------------------------------------------------------------------------
+    async def supersede(self, id: UUID | str, content: str, *, metadata: Mapping[str, Any] | None = None,
+                        valid_from: datetime | None = None, expected_version: int | None = None,
+                        embedding: Any = None, conn: psycopg.AsyncConnection | None = None) -> MemoryRecord:
+        """As :meth:`pgmem.Memory.supersede`: returns the successor."""
+        space = await self.space(conn=conn)
+        params = await self._off_loop(self._supersede_params, space, id, content, metadata, valid_from,
+                                      expected_version, embedding)
+        return _row(MemoryRecord, (await self._rows("supersede", params, conn))[0])
+
+    async def invalidate(self, id: UUID | str, *, valid_to: datetime | None = None,
+                         conn: psycopg.AsyncConnection | None = None) -> MemoryRecord:
+        """As :meth:`pgmem.Memory.invalidate`."""
+        return _row(MemoryRecord, (await self._rows("invalidate", self._invalidate_params(id, valid_to), conn))[0])
+
+    async def chain(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> list[MemoryRecord]:
+        """As :meth:`pgmem.Memory.chain`."""
+        return [_row(MemoryRecord, r) for r in await self._rows("chain", {"id": id}, conn)]
+
+    # --- retention, purge, erasure, export --------------------------------------------------------------------
+    async def set_retention(self, memory_ttl: timedelta | float | None, turn_ttl: timedelta | float | None = None, *,
+                            conn: psycopg.AsyncConnection | None = None) -> Space:
+        """As :meth:`pgmem.Memory.set_retention`."""
+        await self.space(conn=conn)
+        row = (await self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn))[0]
+        self._space = None
+        return _row(Space, row)
+
+    async def purge(self, *, limit: int = 10000, conn: psycopg.AsyncConnection | None = None) -> PurgeResult:
+        """As :meth:`pgmem.Memory.purge` (superuser or BYPASSRLS role)."""
+        return _row(PurgeResult, (await self._rows("purge", self._purge_params(limit), conn))[0])
+
+    async def erase_user(self, user_id: str, *, conn: psycopg.AsyncConnection | None = None) -> dict[str, int]:
+        """As :meth:`pgmem.Memory.erase_user` (superuser or BYPASSRLS role)."""
+        return {r["table_name"]: int(r["rows"]) for r in await self._rows("erase_user", self._erase_params(user_id), conn)}
+
+    async def export(self, *, embeddings: bool = True, conn: psycopg.AsyncConnection | None = None) -> list[dict]:
+        """As :meth:`pgmem.Memory.export`."""
+        return [r["row"] for r in await self._rows("export_user", {"embeddings": bool(embeddings)}, conn)]
+
+    async def import_rows(self, rows: Sequence[Mapping[str, Any]], *,
+                          conn: psycopg.AsyncConnection | None = None) -> dict[str, dict[str, int]]:
+        """As :meth:`pgmem.Memory.import_rows`."""
+        out = await self._rows("import_user", self._import_rows(rows), conn)
+        return {r["kind"]: {"imported": int(r["imported"]), "skipped": int(r["skipped"])} for r in out}
+
+    # --- session turns, context, consolidation ----------------------------------------------------------------
+    async def append_turn(self, session_id: str, role: str, content: str, *,
+                          metadata: Mapping[str, Any] | None = None, embed: bool = False, embedding: Any = None,
+                          expires_at: datetime | None = None, created_at: datetime | None = None,
+                          conn: psycopg.AsyncConnection | None = None) -> Turn:
+        """As :meth:`pgmem.Memory.append_turn`."""
+        space = await self.space(conn=conn)
+        params = await self._off_loop(self._turn_params, space, session_id, role, content, metadata, embed,
+                                      embedding, expires_at, created_at)
+        return _row(Turn, (await self._rows("append_turn", params, conn))[0])
+
+    async def recent_turns(self, session_id: str, *, n: int = 20,
+                           conn: psycopg.AsyncConnection | None = None) -> list[Turn]:
+        """As :meth:`pgmem.Memory.recent_turns`."""
+        params = self._turns_params("recent_turns", session_id, n)
+        await self.space(conn=conn)
+        return [_row(Turn, r) for r in await self._rows("recent_turns", params, conn)]
+
+    async def pending_turns(self, session_id: str, *, n: int = 1000,
+                            conn: psycopg.AsyncConnection | None = None) -> list[Turn]:
+        """As :meth:`pgmem.Memory.pending_turns`."""
+        params = self._turns_params("pending_turns", session_id, n)
+        await self.space(conn=conn)
+        return [_row(Turn, r) for r in await self._rows("pending_turns", params, conn)]
+
+    async def context(self, query: str | None, *, session_id: str | None = None, budget_tokens: int = 2000,
+                      max_turns: int = 20, turn_share: float = 0.5, k: int = 20,
+                      filter: Mapping[str, Any] | None = None, embedding: Any = None,
+                      conn: psycopg.AsyncConnection | None = None) -> Context:
+        """As :meth:`pgmem.Memory.context`."""
+        space = await self.space(conn=conn)
+        params = await self._off_loop(self._context_params, space, query, session_id, budget_tokens, max_turns,
+                                      turn_share, k, filter, embedding)
+        return Context([_row(ContextItem, r) for r in await self._rows("context", params, conn)], budget_tokens)
+
+    async def consolidate(self, session_id: str, summarise: Callable[[list[Turn]], Any], *, max_turns: int = 1000,
+                          conn: psycopg.AsyncConnection | None = None) -> list[AddResult]:
+        """As :meth:`pgmem.Memory.consolidate`; ``summarise`` may be a plain function or a coroutine function
+        (anything returning an awaitable is awaited). A plain one runs on the event loop: keep it quick, or
+        make it async."""
+        space = await self.space(conn=conn)
+        turns = await self.pending_turns(session_id, n=max_turns, conn=conn)
+        if not turns:
+            return []
+        summary = summarise(list(turns))
+        if inspect.isawaitable(summary):
+            summary = await summary
+        params = await self._off_loop(self._consolidate_params, space, session_id, turns, summary)
+        return [AddResult(r["id"], r["created"]) for r in await self._rows("consolidate", params, conn)]
+
+    async def sources(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> list[Source]:
+        """As :meth:`pgmem.Memory.sources`."""
+        return [_row(Source, r) for r in await self._rows("sources", {"id": id}, conn)]
+
+    async def token_count(self, text: str, *, conn: psycopg.AsyncConnection | None = None) -> int:
+        """As :meth:`pgmem.Memory.token_count`."""
+        rows = await self._rows("token_count", self._token_params(text), conn)
+        return int(rows[0]["tokens"])
 
     async def whoami(self, *, conn: psycopg.AsyncConnection | None = None) -> str | None:
         """As :meth:`pgmem.Memory.whoami`."""

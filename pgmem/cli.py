@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -270,6 +270,8 @@ def to_jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, Decimal):
         return float(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()  # durations (TTLs) in seconds
     return value
 
 
@@ -757,18 +759,24 @@ def import_(ctx: typer.Context,
             file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
                                                  help="A JSONL file (one memory per line) or a LoCoMo JSON file.")],
             fmt: Annotated[Optional[str], typer.Option(
-                "--format", help="jsonl or locomo (default: detected from the file).")] = None,
+                "--format", help="jsonl, locomo or export (a `pgmem export` file; default: detected from the "
+                                 "file).")] = None,
             batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=10000,
                                                     help="Memories per add_batch statement.")] = 256,
             dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
             role: RoleOpt = None, as_json: JsonOpt = False) -> None:
     """Import memories in batches, with a progress bar and a summary (rows, seconds, rows/s, duplicates
-    skipped, failures with reasons). JSONL lines name their user; --user is the default for lines without."""
+    skipped, failures with reasons). JSONL lines name their user; --user is the default for lines without.
+    A `pgmem export` file (lines with "kind") is imported whole for --user (default: the user it names), all
+    or nothing, keeping ids, times, validity and embeddings."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from . import importer
 
     o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+    if fmt == "export" or (fmt is None and is_export_file(file)):
+        import_export(o, file)
+        return
     total = importer.count_records(file, fmt)
     with memory(o, user_required=False) as m:
         m.space()  # create the space for the embedder when missing, before the first batch
@@ -796,6 +804,406 @@ def import_(ctx: typer.Context,
 
 
 # --------------------------------------------------------------------------------------------------------
+# Lifecycle: retention, purge, erasure, export, session turns, context (docs/lifecycle.md)
+# --------------------------------------------------------------------------------------------------------
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str, option: str, *, allow_none: bool = False):
+    """``90s``, ``15m``, ``12h``, ``30d``, ``2w`` as a ``timedelta`` (positive); ``none`` gives None when
+    ``allow_none``. ValidationError otherwise."""
+    import re
+    from datetime import timedelta
+
+    value = text.strip().lower()
+    if allow_none and value in ("none", "never", "off"):
+        return None
+    m = re.fullmatch(r"(\d{1,9})\s*([smhdw])", value)
+    if not m:
+        raise ValidationError(f"{option} {text!r} is not a duration", field=option.lstrip("-"),
+                              hint="a whole number and a unit s, m, h, d or w, e.g. 90s, 15m, 12h, 30d"
+                                   + (", or none to keep memories until deleted" if allow_none else ""))
+    seconds = int(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if seconds <= 0:
+        raise ValidationError(f"{option} must be positive, got {text!r}", field=option.lstrip("-"))
+    return timedelta(seconds=seconds)
+
+
+def format_duration(td: Any) -> str:
+    """A timedelta in the largest unit that divides it (30d, 36h, 90s); ``none`` for None."""
+    if td is None:
+        return "none"
+    seconds = int(td.total_seconds())
+    for unit in ("w", "d", "h", "m"):
+        if seconds and seconds % _DURATION_UNITS[unit] == 0:
+            return f"{seconds // _DURATION_UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+@contextmanager
+def maintainer(o: Options) -> Iterator[Any]:
+    """A :class:`pgmem.Memory` without a user for maintenance (purge, erase): the login role of --dsn (on the
+    embedded server: its superuser), or --role; such calls need a superuser or a BYPASSRLS role."""
+    from .client import Memory
+
+    m = Memory(o.dsn, user_id=None, agent_id=o.agent, space=o.space, role=o.role, min_size=1, max_size=2)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def _write_private(path: Path, lines: Iterable[str]) -> None:
+    """Write text lines to ``path`` readable by its owner only (0600), atomically and durably: a temporary
+    file, fsync, rename, fsync of the directory."""
+    path = path.expanduser()
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for line in lines:
+                fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        raise PgmemError(f"cannot write {path}: {exc}") from None
+
+
+def _jsonl(rows: Iterable[dict]) -> Iterator[str]:
+    for r in rows:
+        yield json.dumps(to_jsonable(r), ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _kind_counts(rows: Iterable[dict]) -> dict[str, int]:
+    counts = {"memory": 0, "turn": 0, "history": 0}
+    for r in rows:
+        counts[r.get("kind")] = counts.get(r.get("kind"), 0) + 1
+    return counts
+
+
+def _count_table(rows: Iterable[tuple[Any, ...]], headers: tuple[str, ...], title: str | None = None):
+    """A rich table of a name column and right-aligned count columns."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    table.add_column(headers[0], no_wrap=True)
+    for h in headers[1:]:
+        table.add_column(h, justify="right", no_wrap=True)
+    for name, *counts in rows:
+        table.add_row(Text(str(name)), *(str(n) for n in counts))
+    return table
+
+
+def vacuum_tables(dsn: str, role: str | None, tables: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``VACUUM`` the named ``pgmem`` tables on an autocommit connection (as ``role`` when given) so the dead
+    row versions of deleted rows are removed. Returns (tables vacuumed, notes on what was skipped and why);
+    a table the role may not vacuum (not its owner, no MAINTAIN) is skipped, never an error."""
+    import psycopg
+    from psycopg import sql
+
+    done: list[str] = []
+    notes: list[str] = []
+    warnings: list[str] = []
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            if role:
+                conn.execute("SELECT set_config('role', %s, false)", (role,))
+            conn.add_notice_handler(lambda d: warnings.append(d.message_primary or "")
+                                    if d.severity_nonlocalized == "WARNING" else None)
+            allowed = {r[0] for r in conn.execute(
+                """SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                   WHERE n.nspname = 'pgmem' AND c.relname = ANY (%s)
+                     AND (pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+                          OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+                          OR CASE WHEN current_setting('server_version_num')::integer >= 170000
+                                  THEN pg_catalog.has_table_privilege(c.oid, 'MAINTAIN') ELSE false END)""",
+                (list(tables),)).fetchall()}
+            for t in tables:
+                if t not in allowed:
+                    notes.append(f"VACUUM of pgmem.{t} skipped: role {role or 'of the login'} may not vacuum it "
+                                 "(run VACUUM as its owner or a superuser)")
+                    continue
+                warnings.clear()
+                conn.execute(sql.SQL("VACUUM {}.{}").format(sql.Identifier("pgmem"), sql.Identifier(t)))
+                if warnings:
+                    notes.append(f"VACUUM of pgmem.{t}: {'; '.join(warnings)}")
+                else:
+                    done.append(t)
+    except psycopg.Error as exc:
+        notes.append(f"VACUUM not run: {from_psycopg(exc)}")
+    return done, notes
+
+
+@app.command()
+def retention(ctx: typer.Context,
+              memory_ttl: Annotated[Optional[str], typer.Option(
+                  "--memory-ttl", help="Time-to-live of memories from their creation: 90s, 15m, 12h, 30d, 2w, or "
+                                       "none (keep until deleted). Default: unchanged.", show_default=False)] = None,
+              turn_ttl: Annotated[Optional[str], typer.Option(
+                  "--turn-ttl", help="Time-to-live of conversation turns (default of a new space: 7d). "
+                                     "Default: unchanged.", show_default=False)] = None,
+              dsn: DsnOpt = None, space: SpaceOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Show or set the retention of a space: how long memories and turns live after their creation (a row's
+    own expiry overrides it). Takes effect at once for reads; `pgmem purge` frees the expired rows."""
+    o = options(ctx, dsn=dsn, space=space, role=role, as_json=as_json)
+    mem_td = parse_duration(memory_ttl, "--memory-ttl", allow_none=True) if memory_ttl is not None else ...
+    turn_td = parse_duration(turn_ttl, "--turn-ttl") if turn_ttl is not None else None
+    with memory(o, user_required=False) as m:
+        s = m.get_space()
+        if mem_td is not ... or turn_td is not None:
+            s = m.set_retention(s.memory_ttl if mem_td is ... else mem_td, turn_td)
+    data = {"space": s.name, "memory_ttl": format_duration(s.memory_ttl),
+            "memory_ttl_seconds": None if s.memory_ttl is None else int(s.memory_ttl.total_seconds()),
+            "turn_ttl": format_duration(s.turn_ttl),
+            "turn_ttl_seconds": None if s.turn_ttl is None else int(s.turn_ttl.total_seconds())}
+
+    def readable() -> None:
+        typer.echo(f"space {s.name}: memories live {'until deleted' if s.memory_ttl is None else data['memory_ttl']}"
+                   f", turns live {data['turn_ttl']}")
+
+    emit(o, data, readable)
+
+
+@app.command()
+def purge(ctx: typer.Context,
+          limit: Annotated[int, typer.Option("--limit", min=1, max=1_000_000,
+                                             help="Rows of each kind removed per round (one transaction).")] = 10000,
+          once: Annotated[bool, typer.Option("--once", help="One round only, even if more rows expired.")] = False,
+          dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Physically remove expired memories (an EXPIRE tombstone stays in their history) and expired turns of
+    every user, in rounds of --limit until a round finds nothing. Expired rows are invisible already; this
+    frees them. Needs a superuser or BYPASSRLS role (the login of --dsn, or --role); run it from cron."""
+    o = options(ctx, dsn=dsn, role=role, as_json=as_json)
+    total = {"memories": 0, "turns": 0, "history": 0}
+    rounds = 0
+    with maintainer(o) as m:
+        while True:
+            r = m.purge(limit=limit)
+            rounds += 1
+            for k in total:
+                total[k] += getattr(r, k)
+            if once or (r.memories, r.turns, r.history) == (0, 0, 0):
+                break
+    emit(o, {**total, "rounds": rounds},
+         lambda: console().print(_count_table([("memories", total["memories"]), ("turns", total["turns"]),
+                                               ("history events", total["history"])], ("expired", "removed"),
+                                              title=f"purged in {rounds} round{'s' if rounds != 1 else ''}")))
+
+
+@app.command()
+def erase(ctx: typer.Context,
+          user_id: Annotated[str, typer.Argument(metavar="USER", help="The pgmem user to erase.")],
+          yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+          journal_dir: Annotated[Optional[Path], typer.Option(
+              "--journal-dir", help="Directory of the writer journals to clean. Default: $PGMEM_JOURNAL_DIR, else "
+                                    "the per-user state directory.", show_default=False, file_okay=False)] = None,
+          no_journal: Annotated[bool, typer.Option("--no-journal", help="Leave local writer journals alone.")] = False,
+          export_file: Annotated[Optional[Path], typer.Option(
+              "--export", help="First write everything of the user to this JSONL file (pgmem export format).",
+              show_default=False, dir_okay=False)] = None,
+          dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Right to erasure: delete every row of USER from every pgmem table (memories, vectors, turns, sources,
+    history, role bindings) in one transaction, remove the user's lines from the local writer journals, then
+    VACUUM the tables so no dead row versions stay. Other users are untouched. Backups keep the data until
+    they are rotated. Needs a superuser or BYPASSRLS role (the login of --dsn, or --role)."""
+    from . import journal, validation
+
+    o = options(ctx, dsn=dsn, role=role, as_json=as_json)
+    user_id = validation.check_id(user_id, "user", optional=False)
+    if not yes:
+        import click
+
+        try:
+            confirmed = typer.confirm(f"Erase everything pgmem holds of user {user_id!r}? This cannot be undone",
+                                      default=False, err=True)
+        except click.exceptions.Abort:
+            confirmed = False
+        if not confirmed:
+            raise PgmemError("nothing erased: not confirmed", hint="answer y, or pass --yes")
+    exported = None
+    with maintainer(o) as m:
+        if export_file is not None:
+            rows = m.with_identity(user_id=user_id).export()
+            _write_private(export_file, _jsonl(rows))
+            exported = {"path": str(export_file), "rows": len(rows), **_kind_counts(rows)}
+        tables = m.erase_user(user_id)
+        vac_dsn, vac_role = m.dsn, m.role
+    journals: dict[str, int] = {}
+    if not no_journal:
+        try:
+            journals = journal.erase_user(user_id, journal_dir)
+        except journal.JournalError as exc:
+            raise type(exc)(f"the database holds nothing of {user_id!r} any more, but the local journals were not "
+                            f"cleaned: {exc.message}",
+                            hint=f"{exc.hint + '; ' if exc.hint else ''}then run `pgmem erase {user_id} --yes` "
+                                 "again (erasing again is harmless)") from None
+    vacuumed, notes = vacuum_tables(vac_dsn, vac_role, [t for t, n in tables.items() if n > 0])
+    data = {"user": user_id, "tables": tables, "journals": journals, "export": exported,
+            "vacuumed": vacuumed, "notes": notes}
+
+    def readable() -> None:
+        c = console()
+        if exported:
+            c.print(f"exported {exported['rows']} rows to {exported['path']}", markup=False)
+        c.print(_count_table(sorted(tables.items()), ("table", "rows deleted"), title=f"erased user {user_id}"))
+        if not no_journal:
+            lines = sum(journals.values())
+            c.print(f"journals: {lines} line{'s' if lines != 1 else ''} removed from "
+                    f"{sum(1 for n in journals.values() if n)} of {len(journals)} files", markup=False)
+        if vacuumed:
+            c.print(f"vacuumed: {', '.join(vacuumed)}", markup=False)
+        for note in notes:
+            c.print(f"note: {note}", markup=False)
+
+    emit(o, data, readable)
+
+
+@app.command()
+def export(ctx: typer.Context,
+           out: Annotated[str, typer.Option("--out", "-o", help="File to write, or - for stdout.")] = "-",
+           no_embeddings: Annotated[bool, typer.Option(
+               "--no-embeddings", help="Leave out embeddings and extra vectors (smaller; cannot be imported).")
+           ] = False,
+           dsn: DsnOpt = None, user: UserOpt = None, role: RoleOpt = None) -> None:
+    """Everything pgmem holds of the user, as JSON Lines (one object per line, "kind": memory, turn or
+    history): every memory (superseded and expired included) with its embedding, the conversation turns and
+    the full history. `pgmem import FILE` reads it back."""
+    o = options(ctx, dsn=dsn, user=user, role=role)
+    with memory(o) as m:
+        rows = m.export(embeddings=not no_embeddings)
+    counts = _kind_counts(rows)
+    summary = (f"exported {len(rows)} rows of user {o.user}: {counts['memory']} memor"
+               f"{'y' if counts['memory'] == 1 else 'ies'}, {counts['turn']} turn{'' if counts['turn'] == 1 else 's'}, "
+               f"{counts['history']} history event{'' if counts['history'] == 1 else 's'}")
+    if out == "-":
+        for line in _jsonl(rows):
+            sys.stdout.write(line)
+        sys.stdout.flush()
+        typer.echo(summary, err=True)
+    else:
+        _write_private(Path(out), _jsonl(rows))
+        typer.echo(f"{summary} to {out}")
+
+
+def _export_rows(file: Path) -> list[dict]:
+    """The rows of a `pgmem export` file (JSONL, each with "kind"); ValidationError naming a bad line."""
+    rows = []
+    with open(file, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValidationError(f"{file} line {n} is not JSON: {exc.msg} at column {exc.colno}") from None
+            if not isinstance(row, dict) or row.get("kind") not in ("memory", "turn", "history"):
+                raise ValidationError(f"{file} line {n} is not a row of a pgmem export (no kind memory, turn or "
+                                      "history)")
+            rows.append(row)
+    return rows
+
+
+def is_export_file(file: Path) -> bool:
+    """Whether ``file`` looks like a `pgmem export`: its first non-blank line is a JSON object with "kind"."""
+    try:
+        with open(file, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    row = json.loads(line)
+                    return isinstance(row, dict) and "kind" in row
+    except (ValueError, OSError):
+        return False
+    return False
+
+
+def import_export(o: Options, file: Path) -> None:
+    """`pgmem import` of a `pgmem export` file: all rows for one user (--user, else the user the export
+    names), all or nothing (Memory.import_rows)."""
+    rows = _export_rows(file)
+    target = o.user
+    if target is None:
+        named = {r.get("user_id") for r in rows} - {None}
+        if len(named) != 1:
+            raise IdentityError("no pgmem user given and the export does not name exactly one",
+                                hint="pass --user NAME: the user to import into")
+        target = named.pop()
+    with memory(Options(**{**asdict(o), "user": target})) as m:
+        counts = m.import_rows(rows)
+    emit(o, {"user": target, **counts}, lambda: console().print(_count_table(
+        [(k, c["imported"], c["skipped"]) for k, c in counts.items()], ("kind", "imported", "skipped"),
+        title=f"imported into user {target}")))
+
+
+@app.command()
+def turns(ctx: typer.Context, session: Annotated[str, typer.Argument(help="The session id.")],
+          n: Annotated[int, typer.Option("-n", "--n", min=1, max=1000, help="How many of the last turns.")] = 20,
+          dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+          as_json: JsonOpt = False) -> None:
+    """The last turns of a session (short-term memory), oldest first."""
+    o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
+    with memory(o) as m:
+        rows = m.recent_turns(session, n=n)
+
+    def readable() -> None:
+        from rich.table import Table
+        from rich.text import Text
+
+        if not rows:
+            typer.echo("no turns")
+            return
+        table = Table(title=f"session {session}")
+        table.add_column("turn", justify="right", no_wrap=True, style="cyan")
+        table.add_column("role", no_wrap=True)
+        table.add_column("content", overflow="fold")
+        table.add_column("age", justify="right", no_wrap=True)
+        table.add_column("consolidated", no_wrap=True)
+        now = datetime.now(timezone.utc)
+        for t in rows:
+            table.add_row(str(t.turn_id), t.role, Text(t.content), age(t.created_at, now),
+                          "yes" if t.consolidated_at else "")
+        console().print(table)
+
+    emit(o, rows, readable)
+
+
+@app.command("context")
+def context_(ctx: typer.Context,
+             query: Annotated[str, typer.Argument(help="What the agent is about to answer.")],
+             session: Annotated[Optional[str], typer.Option(
+                 "--session", "-s", help="The conversation whose recent turns to include.", show_default=False)
+             ] = None,
+             budget: Annotated[int, typer.Option("--budget", min=1, max=1_000_000,
+                                                 help="Token budget (pgmem.token_count units).")] = 2000,
+             max_turns: Annotated[int, typer.Option("--max-turns", min=0, max=1000,
+                                                    help="At most this many recent turns.")] = 20,
+             dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+             as_json: JsonOpt = False) -> None:
+    """The context an agent would put in its prompt for QUERY: the most relevant memories, then the session's
+    recent turns, within --budget tokens. The text goes to stdout (ready to paste or pipe), the footer with
+    the tokens used to stderr."""
+    o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
+    with memory(o) as m:
+        c = m.context(query, session_id=session, budget_tokens=budget, max_turns=max_turns)
+    n_mem = sum(1 for i in c.items if i.source == "memory")
+    footer = (f"{c.tokens} of {c.budget_tokens} tokens: {n_mem} memor{'y' if n_mem == 1 else 'ies'}, "
+              f"{len(c.items) - n_mem} turn{'' if len(c.items) - n_mem == 1 else 's'}")
+
+    def readable() -> None:
+        if c.items:
+            typer.echo(c.render())
+        typer.echo(footer, err=True)
+
+    emit(o, {"text": c.render(), "tokens": c.tokens, "budget_tokens": c.budget_tokens, "items": c.items}, readable)
+
+
+# --------------------------------------------------------------------------------------------------------
 # Agent hosts: MCP server and plugin shims (docs/integrations.md)
 # --------------------------------------------------------------------------------------------------------
 @app.command("mcp")
@@ -806,8 +1214,9 @@ def mcp_(ctx: typer.Context,
                                            help="Port of --transport streamable-http (bound to 127.0.0.1).")] = 8765,
          dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
          role: RoleOpt = None) -> None:
-    """A Model Context Protocol server (tools: remember, recall, edit, forget, history, list) bound to one
-    user from --user / PGMEM_USER; no tool argument can change it. Needs the mcp extra of pgmem."""
+    """A Model Context Protocol server (tools: remember, recall, edit, forget, history, list,
+    supersede_memory, append_turn, get_context) bound to one user from --user / PGMEM_USER; no tool argument
+    can change it. Needs the mcp extra of pgmem."""
     from . import mcp_server
 
     o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role)
@@ -836,6 +1245,104 @@ def install_plugin(ctx: typer.Context,
     o = options(ctx, as_json=as_json)
     result = install.uninstall(host, home) if uninstall else install.install(host, home, activate=activate)
     emit(o, result, lambda: typer.echo(result["message"]))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Operations: backup, restore, doctor (docs/operations.md)
+# --------------------------------------------------------------------------------------------------------
+BinDirOpt = Annotated[Optional[Path], typer.Option(
+    "--bin-dir", help="Directory of pg_dump and pg_restore. Default: the embedded server's, else PATH.",
+    show_default=False, file_okay=False)]
+
+
+def _checks_table(checks: Iterable[Any], title: str | None = None):
+    """A rich table of pgmem.doctor.Check rows: check, ok/FAIL, kind, detail."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    table.add_column("check", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for c in checks:
+        table.add_row(c.name, Text("ok", style="green") if c.ok else Text("FAIL", style="bold red"), c.kind,
+                      Text(c.detail))
+    return table
+
+
+@app.command("backup")
+def backup_(ctx: typer.Context,
+            directory: Annotated[Path, typer.Argument(file_okay=False,
+                                                      help="New (or empty) directory to write the backup into.")],
+            bin_dir: BinDirOpt = None, dsn: DsnOpt = None, as_json: JsonOpt = False) -> None:
+    """Back up the whole pgmem database into DIRECTORY: db.dump (pg_dump), roles.sql (the roles it needs, no
+    passwords) and manifest.json (versions, migrations, exact row counts, a probe memory). Needs a superuser
+    or a role with BYPASSRLS."""
+    from . import backup as ops
+
+    o = options(ctx, dsn=dsn, as_json=as_json)
+    result = ops.backup(admin_dsn(o), directory, bin_dir=bin_dir)
+    man = result.manifest
+
+    def readable() -> None:
+        typer.echo(f"backup of {man['database']} written to {result.path}")
+        typer.echo(f"PostgreSQL {man['server_version']}, pgvector {man['pgvector_version']}, "
+                   f"migrations: {', '.join(man['migrations']) or 'none'}")
+        typer.echo("rows: " + ", ".join(f"{t} {n}" for t, n in man["tables"].items()))
+        probe = man["probe"]
+        typer.echo(f"probe: memory {probe['id']} of user {probe['user_id']!r} in space {probe['space']!r}"
+                   if probe else "probe: none (no memories)")
+
+    emit(o, {"path": result.path, **man}, readable)
+
+
+@app.command("restore")
+def restore_(ctx: typer.Context,
+             directory: Annotated[Path, typer.Argument(exists=True, file_okay=False,
+                                                       help="A directory written by pgmem backup.")],
+             no_owner: Annotated[bool, typer.Option(
+                 "--no-owner", help="Objects owned by the restoring role, not by the original owner.")] = False,
+             bin_dir: BinDirOpt = None, dsn: DsnOpt = None, as_json: JsonOpt = False) -> None:
+    """Restore a backup into a new or empty database (--dsn; created when missing), then verify it: migrations
+    current, row counts equal to the manifest's, the probe memory found by search. Exit 1 if a check fails."""
+    from . import backup as ops
+
+    o = options(ctx, dsn=dsn, as_json=as_json)
+    if not o.dsn:
+        raise PgmemError("pgmem restore needs the target database",
+                         hint="pass --dsn postgresql://USER@HOST/NEW_DATABASE (created when missing) or set PGMEM_DSN")
+    try:
+        result = ops.restore(directory, o.dsn, bin_dir=bin_dir, no_owner=no_owner)
+    except ops.VerificationFailed as exc:
+        checks = exc.checks
+        emit(o, {"verified": False, "checks": checks},
+             lambda: console().print(_checks_table(checks, title="verification")))
+        raise
+
+    def readable() -> None:
+        typer.echo(f"restored into {result.database}" + (" (created)" if result.created else ""))
+        console().print(_checks_table(result.checks, title="verification"))
+
+    emit(o, {"database": result.database, "created": result.created, "verified": True, "checks": result.checks},
+         readable)
+
+
+@app.command("doctor")
+def doctor_(ctx: typer.Context, dsn: DsnOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
+            as_json: JsonOpt = False) -> None:
+    """Health check that exercises the functions: versions, migrations, RLS, indexes, the embedder, and a probe
+    memory added, searched and deleted in a rolled-back transaction. Exit 0 healthy, 1 database or
+    infrastructure fault, 2 embedding-provider fault only."""
+    from . import doctor as ops
+
+    o = options(ctx, dsn=dsn, space=space, role=role, as_json=as_json)
+    as_role = o.role if o.role is not None else ("pgmem_gateway" if o.dsn is None else None)
+    checks = ops.run_checks(admin_dsn(o), space=o.space, role=as_role)
+    code = ops.exit_code(checks)
+    emit(o, {"healthy": code == 0, "exit_code": code, "checks": checks},
+         lambda: console().print(_checks_table(checks)))
+    raise typer.Exit(code)
 
 
 def main() -> None:

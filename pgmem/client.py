@@ -756,6 +756,20 @@ class MemoryBase:
                                        "vector_kinds": kinds or None, "vectors": extra or None})
 
     @staticmethod
+    def _purge_params(limit: Any) -> dict[str, Any]:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValidationError(f"limit must be a positive integer, got {limit!r}", field="limit")
+        return _params("purge", {"limit": limit})
+
+    @staticmethod
+    def _erase_params(user_id: Any) -> dict[str, Any]:
+        return _params("erase_user", {"user_id": v.check_id(user_id, "user_id", optional=False)})
+
+    @staticmethod
+    def _token_params(text: Any) -> dict[str, Any]:
+        return _params("token_count", {"text": v.check_text(text, "text")})
+
+    @staticmethod
     def _import_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out = []
         for i, r in enumerate(rows):
@@ -1088,17 +1102,14 @@ class Memory(MemoryBase):
         """Physically remove expired memories and turns of every user (at most ``limit`` of each) and the
         history of expired memories (an EXPIRE tombstone stays); returns the counts. Expired rows are invisible
         already. Needs a superuser or BYPASSRLS role (IdentityError otherwise); schedule it (docs/lifecycle.md)."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ValidationError(f"limit must be a positive integer, got {limit!r}", field="limit")
-        return _row(PurgeResult, self._rows("purge", {"limit": limit}, conn)[0])
+        return _row(PurgeResult, self._rows("purge", self._purge_params(limit), conn)[0])
 
     def erase_user(self, user_id: str, *, conn: psycopg.Connection | None = None) -> dict[str, int]:
         """Right to erasure: delete everything pgmem holds of ``user_id`` (memories, extra vectors, turns,
         sources, history, role bindings) in one transaction, writing no history; returns rows deleted per
         table. Other users are untouched. Local writer journals are separate: :func:`pgmem.journal.erase_user`.
         Needs a superuser or BYPASSRLS role (IdentityError otherwise)."""
-        user_id = v.check_id(user_id, "user_id", optional=False)
-        return {r["table_name"]: int(r["rows"]) for r in self._rows("erase_user", {"user_id": user_id}, conn)}
+        return {r["table_name"]: int(r["rows"]) for r in self._rows("erase_user", self._erase_params(user_id), conn)}
 
     def export(self, *, embeddings: bool = True, conn: psycopg.Connection | None = None) -> list[dict]:
         """Everything pgmem holds of this user as JSON-ready dicts (JSONL lines): ``kind`` memory (all of them,
@@ -1172,7 +1183,7 @@ class Memory(MemoryBase):
 
     def token_count(self, text: str, *, conn: psycopg.Connection | None = None) -> int:
         """``pgmem.token_count(text)``: the token estimate context budgets are counted in."""
-        return int(self._rows("token_count", {"text": v.check_text(text, "text")}, conn)[0]["tokens"])
+        return int(self._rows("token_count", self._token_params(text), conn)[0]["tokens"])
 
     def whoami(self, *, conn: psycopg.Connection | None = None) -> str | None:
         """The pgmem user this client acts as, as the database sees it (None: no identity)."""

@@ -252,4 +252,139 @@ class Journal:
         return self._fd is None
 
 
-__all__ = ["Journal", "JournalBusy", "JournalError", "check_name", "journal_dir", "encode"]
+# --- erasure ---------------------------------------------------------------------------------------------
+def _journal_name(path: Path) -> str:
+    """The client name of ``<name>.jsonl`` or ``<name>.rejected.jsonl``."""
+    base = path.name
+    return base[:-len(".rejected.jsonl")] if base.endswith(".rejected.jsonl") else base[:-len(".jsonl")]
+
+
+def _lock_journal(directory: Path, name: str) -> int:
+    """Take ``<name>.lock`` as :class:`Journal` does (exclusive, not waiting); JournalBusy when a writer holds it."""
+    fd = os.open(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        raise JournalBusy(f"the journal {directory / name}.jsonl is in use by a writer (pid {holder or '?'})",
+                          hint="close that writer (or stop its process), then erase again; nothing was changed") \
+            from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _split(path: Path, user_id: str, offset: int | None) -> tuple[bytes, int, int, int]:
+    """Filter one journal: (kept bytes, lines removed, new offset, bytes). ``offset`` (pending journals
+    only) counts replayed bytes; the new one counts the kept lines among them. A torn last line (a crash
+    during an append, never acknowledged) is dropped; a damaged line elsewhere raises JournalError."""
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    kept: list[bytes] = []
+    removed = 0
+    new_offset = 0
+    pos = 0
+    for line in data[:end].splitlines(keepends=True):
+        start, pos = pos, pos + len(line)
+        try:
+            entry = json.loads(line)
+            if not isinstance(entry, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            raise JournalError(f"the journal {path} is damaged at byte {start}: {exc}",
+                               hint="move the file aside and inspect it by hand; no journal was changed") from None
+        if entry.get("user_id") == user_id:
+            removed += 1
+            continue
+        kept.append(line)
+        if offset is not None and pos <= offset:
+            new_offset += len(line)
+    return b"".join(kept), removed, new_offset, len(data)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file, fsync, rename over it, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.erase.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def erase_user(user_id: str, directory: Path | str | None = None) -> dict[str, int]:
+    """Remove every line of ``user_id`` from the journals in ``directory`` (default :func:`journal_dir`):
+    the pending ``<name>.jsonl`` and the ``<name>.rejected.jsonl`` files, for the right to erasure (the
+    database side is :meth:`pgmem.Memory.erase_user`). Lines are matched on their ``user_id`` field; lines
+    of a login bound to its user (``user_id`` null) are not matched.
+
+    Every journal's ``<name>.lock`` is taken first, as a writer takes it; if a live writer holds one,
+    :class:`JournalBusy` is raised and no file is changed. Every file is read and checked before any is
+    written (a damaged line raises :class:`JournalError`, nothing changed). Each changed file is then
+    rewritten atomically (temporary file, fsync, rename, fsync of the directory) and its ``<name>.offset``
+    (bytes already replayed) is set to the bytes of the kept lines that preceded the old offset, so the
+    other users' pending lines replay as before. The old offset is removed before the journal is replaced,
+    so a crash in between makes the next writer replay that journal from its start (harmless: client ids
+    make a second write a no-op); no pending line is ever skipped. Files of other names in the directory
+    are not touched.
+
+    Returns the lines removed per file path (files with none removed included, as 0). Raises JournalBusy,
+    JournalError (unreadable, damaged, not writable)."""
+    from . import validation as v
+
+    user_id = v.check_id(user_id, "user_id", optional=False)
+    folder = Path(directory).expanduser().resolve() if directory is not None else journal_dir()
+    if not folder.is_dir():
+        return {}
+    files = sorted(p for p in folder.glob("*.jsonl") if p.is_file() and NAME.match(_journal_name(p) or "-"))
+    names = sorted({_journal_name(p) for p in files})
+    locks: list[int] = []
+    try:
+        try:
+            for name in names:
+                locks.append(_lock_journal(folder, name))
+            plans = []
+            for path in files:
+                name = _journal_name(path)
+                offset_path = folder / f"{name}.offset"
+                offset = None
+                if not path.name.endswith(".rejected.jsonl"):
+                    try:
+                        offset = int(offset_path.read_text(encoding="ascii").strip() or 0)
+                    except (FileNotFoundError, ValueError):
+                        offset = 0
+                kept, removed, new_offset, size = _split(path, user_id, offset)
+                if offset is not None and not 0 <= offset <= size:
+                    new_offset = 0  # an offset the journal would ignore: it replays from the start anyway
+                plans.append((path, offset_path, kept, removed, offset, new_offset, size))
+            result: dict[str, int] = {}
+            for path, offset_path, kept, removed, offset, new_offset, size in plans:
+                result[str(path)] = removed
+                if removed == 0 and len(kept) == size:
+                    continue
+                moves = offset is not None and new_offset != offset
+                if moves:
+                    # Offset gone first: a crash before the next step replays this journal from its start
+                    # (harmless: client ids), never from an old offset past lines still pending.
+                    offset_path.unlink(missing_ok=True)
+                    _fsync_dir(folder)
+                _replace(path, kept)
+                if moves and new_offset > 0:
+                    _replace(offset_path, str(new_offset).encode("ascii"))
+            return result
+        except OSError as exc:
+            raise JournalError(f"cannot erase user {user_id!r} from the journals in {folder}: {exc}") from exc
+    finally:
+        for fd in locks:
+            os.close(fd)  # releases the flock
+
+
+__all__ = ["Journal", "JournalBusy", "JournalError", "check_name", "erase_user", "journal_dir", "encode"]

@@ -1,7 +1,9 @@
 """``pgmem mcp``: a Model Context Protocol server over :class:`pgmem.Memory`, bound to one user.
 
 Tools (JSON schemas from the signatures below): ``remember``, ``recall`` (hybrid search), ``edit`` (literal
-replacement), ``forget``, ``history`` and ``list``. The user (and agent, space, database) come from the
+replacement), ``forget``, ``history``, ``list``, ``supersede_memory`` (replace a fact, keeping the old one in its
+history), ``append_turn`` (a conversation turn, short-term memory) and ``get_context`` (memories and recent turns
+for a prompt, within a token budget). The user (and agent, space, database) come from the
 server's configuration only - ``--user``/``PGMEM_USER`` and friends - never from a tool's arguments: no tool
 takes a user id, unknown arguments are ignored, and every statement runs as that user under row-level
 security, so another user's memory id reads as "not found".
@@ -19,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 from uuid import UUID
 
 from pydantic import Field
@@ -32,7 +34,10 @@ INSTRUCTIONS = """\
 Long-term memory shared by the agents of one user (pgmem). Use `recall` with a natural-language question
 before answering anything that may depend on what was learned earlier; use `remember` to store durable
 facts, preferences and decisions (one fact per memory). `edit` replaces an exact, unique piece of text in a
-memory; `forget` deletes one; `history` shows every change to one; `list` pages through all of them."""
+memory; `forget` deletes one; `history` shows every change to one; `list` pages through all of them.
+When a fact changes (a new address, a changed plan), `supersede_memory` replaces it and keeps the old one as
+history. `append_turn` records the conversation; `get_context` returns what to read before answering: the most
+relevant memories and the latest turns of a session, within a token budget."""
 
 
 def _sdk() -> tuple[type, type[Exception], bool]:
@@ -162,8 +167,46 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
         page = await call(lambda: memory.list(limit=limit, cursor=cursor, contains=contains))
         return {"items": [_record(r) for r in page.items], "next_cursor": page.next_cursor}
 
+    async def supersede_memory(
+        id: Annotated[str, Field(description="The id of the memory that no longer holds.")],
+        content: Annotated[str, Field(description="The fact that holds from now on, as plain text.")],
+    ) -> dict[str, Any]:
+        """Replace a fact that changed: the old memory stops holding (recall no longer returns it; its history
+        keeps it) and the new one, returned, takes its place. Use it instead of edit when the fact itself
+        changed."""
+        new = await call(lambda: memory.supersede(_memory_id(id), content))
+        return {**_record(new), "replaces": str(_memory_id(id))}
+
+    async def append_turn(
+        session_id: Annotated[str, Field(description="The conversation's id.")],
+        role: Annotated[Literal["user", "assistant", "system", "tool"], Field(description="Who said it.")],
+        content: Annotated[str, Field(description="What was said, as plain text.")],
+    ) -> dict[str, Any]:
+        """Append one turn to a conversation (short-term memory; turns expire after the space's turn TTL,
+        7 days by default). get_context shows the latest turns."""
+        t = await call(lambda: memory.append_turn(session_id, role, content))
+        return {"turn_id": t.turn_id, "session_id": t.session_id, "role": t.role,
+                "created_at": t.created_at.isoformat(),
+                "expires_at": t.expires_at.isoformat() if t.expires_at else None}
+
+    async def get_context(
+        query: Annotated[str, Field(description="What you are about to answer, in natural language.")],
+        session_id: Annotated[Optional[str], Field(
+            description="The conversation whose latest turns to include (optional).")] = None,
+        budget_tokens: Annotated[int, Field(
+            description="Most tokens the context may take (pgmem's estimate).", ge=1, le=1_000_000)] = 2000,
+    ) -> dict[str, Any]:
+        """What to read before answering `query`: the most relevant memories (best first), then the latest
+        turns of the session (oldest first), as labelled lines in `text`, never more than `budget_tokens`."""
+        c = await call(lambda: memory.context(query, session_id=session_id, budget_tokens=budget_tokens))
+        items = [{"source": i.source, "id": str(i.memory_id) if i.memory_id else None, "turn_id": i.turn_id,
+                  "role": i.role, "content": i.content, "tokens": i.tokens,
+                  "score": None if i.score is None else round(float(i.score), 6)} for i in c.items]
+        return {"text": c.render(), "tokens": c.tokens, "budget_tokens": c.budget_tokens, "items": items}
+
     for fn, tool_name in ((remember, "remember"), (recall, "recall"), (edit, "edit"), (forget, "forget"),
-                          (history, "history"), (list_memories, "list")):
+                          (history, "history"), (list_memories, "list"), (supersede_memory, "supersede_memory"),
+                          (append_turn, "append_turn"), (get_context, "get_context")):
         server.add_tool(fn, name=tool_name, description=(fn.__doc__ or "").strip())
     return server
 

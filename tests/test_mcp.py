@@ -17,7 +17,7 @@ import psycopg
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-TOOLS = {"remember", "recall", "edit", "forget", "history", "list"}
+TOOLS = {"remember", "recall", "edit", "forget", "history", "list", "supersede_memory", "append_turn", "get_context"}
 
 
 @asynccontextmanager
@@ -73,6 +73,10 @@ def test_tools_schemas_and_round_trip(dsn: str, admin: psycopg.Connection) -> No
             assert schemas["forget"]["required"] == ["id"] and schemas["history"]["required"] == ["id"]
             assert set(schemas["list"]["properties"]) == {"limit", "cursor", "contains"}
             assert not schemas["list"].get("required")
+            assert set(schemas["supersede_memory"]["required"]) == {"id", "content"}
+            assert set(schemas["append_turn"]["required"]) == {"session_id", "role", "content"}
+            assert set(schemas["get_context"]["properties"]) == {"query", "session_id", "budget_tokens"}
+            assert schemas["get_context"]["required"] == ["query"]
 
             tea = await call(s, "remember", content="Alice drinks green tea every morning",
                              metadata={"topic": "food"})
@@ -101,6 +105,22 @@ def test_tools_schemas_and_round_trip(dsn: str, admin: psycopg.Connection) -> No
             rest = await call(s, "list", limit=10, cursor=page["next_cursor"])
             assert {m["id"] for m in page["items"] + rest["items"]} == {tea["id"], trip["id"]}
             assert [m["id"] for m in (await call(s, "list", contains="oolong"))["items"]] == [tea["id"]]
+
+            # a changed fact, a conversation turn, and the context for a prompt within a budget
+            moved = await call(s, "supersede_memory", id=trip["id"], content="Alice flies to Porto on 5 March")
+            assert moved["replaces"] == trip["id"] and moved["id"] != trip["id"] and moved["session"] == "chat-1"
+            assert "no longer holds" in await call_error(s, "supersede_memory", id=trip["id"], content="x")
+            turn = await call(s, "append_turn", session_id="chat-1", role="user", content="Pack tea for Porto?")
+            assert turn["session_id"] == "chat-1" and turn["role"] == "user" and turn["expires_at"]
+            assert "role" in await call_error(s, "append_turn", session_id="chat-1", role="boss", content="x")
+            ctx = await call(s, "get_context", query="Where does Alice fly and what does she drink?",
+                             session_id="chat-1", budget_tokens=200)
+            assert 0 < ctx["tokens"] <= 200 == ctx["budget_tokens"]
+            assert ctx["tokens"] == sum(i["tokens"] for i in ctx["items"])
+            assert {i["id"] for i in ctx["items"] if i["source"] == "memory"} <= {tea["id"], moved["id"]}
+            assert [i["turn_id"] for i in ctx["items"] if i["source"] == "turn"] == [turn["turn_id"]]
+            assert "Porto on 5 March" in ctx["text"] and "Lisbon" not in ctx["text"]
+            assert "Pack tea for Porto?" in ctx["text"]
 
             assert await call(s, "forget", id=tea["id"]) == {"id": tea["id"], "deleted": True}
             assert "not found" in await call_error(s, "forget", id=tea["id"])
