@@ -400,3 +400,50 @@ def test_policy_evaluates_identity_once_per_statement(admin, bound, alice):
         calls = fresh.execute("SELECT calls FROM pg_stat_xact_user_functions"
                               " WHERE schemaname = 'pgmem' AND funcname = 'current_user_id'").fetchone()
         assert calls[0] <= 4  # the function's own check plus the policy, not one per row
+
+
+# --------------------------------------------------------------------------------------------------------
+# The lifecycle functions (migration 0003) keep the same wall
+# --------------------------------------------------------------------------------------------------------
+def test_lifecycle_functions_do_not_cross_users(admin, login_role, alice, seeded):
+    a1, _ = seeded["alice"]
+    alice.append_turn("s1", "user", "alice's private turn about the secret plan")
+    made = alice.consolidate("s1", lambda turns: ["alice summary of the secret plan"])
+    alice_turn = alice.recent_turns("s1")[0].turn_id
+    alice_before = snapshot(admin, "alice")
+    turns_before = admin.execute("SELECT * FROM pgmem.turns WHERE user_id = 'alice' ORDER BY turn_id").fetchall()
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        calls = [
+            ("SELECT * FROM pgmem.chain(%s)", [a1], []),
+            ("SELECT * FROM pgmem.sources(%s)", [made[0].id], []),
+            ("SELECT * FROM pgmem.recent_turns('t64', 's1')", [], []),
+            ("SELECT * FROM pgmem.pending_turns('t64', 's1')", [], []),
+            ("SELECT count(*) FROM pgmem.turns", [], [(0,)]),
+            ("SELECT count(*) FROM pgmem.memory_sources", [], [(0,)]),
+            ("SELECT count(*) FROM pgmem.export_user() r WHERE r ->> 'user_id' <> 'bob'", [], [(0,)]),
+            ("SELECT count(*) FROM pgmem.context('t64', 's1', 'secret plan', p_budget_tokens => 5000)"
+             " WHERE content LIKE 'alice%%'", [], [(0,)]),
+            ("SELECT content FROM pgmem.search('t64', %s::vector, 100, p_as_of => now() + interval '1 day')"
+             " WHERE content LIKE 'alice%%'", [vec("alice's secret plan")], []),
+            ("UPDATE pgmem.turns SET consolidated_at = NULL WHERE user_id = 'alice'", [], [("rowcount", 0)]),
+        ]
+        for sql, params, expected in calls:
+            assert rows(gw, sql, params, act_as="bob") == expected, sql
+        for sql, params, state in [
+            ("SELECT * FROM pgmem.supersede(%s, 'bob rewrites it', %s::vector)", [a1, vec("b")], "PGM03"),
+            ("SELECT * FROM pgmem.invalidate(%s)", [a1], "PGM03"),
+            ("SELECT * FROM pgmem.consolidate('t64', 's1', %s, ARRAY['x'], ARRAY[%s]::vector[])",
+             [[alice_turn], vec("x")], "PGM03"),
+            ("SELECT * FROM pgmem.purge()", [], "PGM01"),
+            ("SELECT * FROM pgmem.erase_user('alice')", [], "PGM01"),
+            ("INSERT INTO pgmem.turns (user_id, space_id, session_id, role, content)"
+             " SELECT 'alice', space_id, 's1', 'user', 'forged' FROM pgmem.spaces", [], "42501"),
+        ]:
+            assert sql_error(gw, sql, params, act_as="bob").sqlstate == state, sql
+    # A bound agent may not change retention (owner and gateways only).
+    agent = login_role("pgmem_agent")
+    admin.execute("SELECT pgmem.bind_role(%s, 'bob')", [agent])
+    with connect(admin, agent) as conn:
+        assert sql_error(conn, "SELECT pgmem.set_retention('t64', interval '1 day')").sqlstate == "42501"
+    assert snapshot(admin, "alice") == alice_before
+    assert admin.execute("SELECT * FROM pgmem.turns WHERE user_id = 'alice' ORDER BY turn_id").fetchall() == turns_before
