@@ -81,14 +81,19 @@ AS $$ SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::timestampt
 COMMENT ON FUNCTION pgmem._expiry(timestamptz, timestamptz, interval) IS
     'Internal: effective expiry of a memory or turn: its own expires_at, else created_at + the space''s TTL, else infinity.';
 
-CREATE OR REPLACE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision DEFAULT NULL) RETURNS pgmem.memory
+-- A memories row as the API's pgmem.memory, with the effective expiry. One SELECT without subqueries, so
+-- PostgreSQL inlines it: (pgmem._to_memory(...)).* then costs one evaluation, not one per column.
+DROP FUNCTION pgmem._to_memory(pgmem.memories, text, double precision);
+CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision, p_ttl interval)
+RETURNS pgmem.memory
 LANGUAGE sql STABLE
 AS $$
     SELECT ROW(m.id, m.user_id, p_space, m.agent_id, m.session_id, m.content, m.metadata,
-               m.created_at, m.updated_at,
-               nullif(pgmem._expiry(m.expires_at, m.created_at, (SELECT s.memory_ttl FROM pgmem.spaces s WHERE s.space_id = m.space_id)), 'infinity'),
+               m.created_at, m.updated_at, nullif(pgmem._expiry(m.expires_at, m.created_at, p_ttl), 'infinity'),
                m.version, p_similarity, m.valid_from, m.valid_to, m.superseded_by)::pgmem.memory
 $$;
+COMMENT ON FUNCTION pgmem._to_memory(pgmem.memories, text, double precision, interval) IS
+    'Internal: a memories row as the API''s pgmem.memory; p_ttl is its space''s memory_ttl (for the effective expires_at). Inlined by the planner.';
 
 -- Internal: the WHERE clause shared by list, search, search_hybrid and delete_all. Parameters: $1 user,
 -- $2 agent_id, $3 session_id, $4 created_after, $5 created_before, $6 filter keys, $7 filter values,
@@ -394,7 +399,7 @@ DECLARE
     v_user text := pgmem._require_user();
 BEGIN
     RETURN QUERY
-    SELECT (pgmem._to_memory(m, s.name)).* FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    SELECT (pgmem._to_memory(m, s.name, NULL, s.memory_ttl)).* FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
     WHERE m.user_id = v_user AND m.id = p_id AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now();
 END
 $$;
@@ -468,7 +473,7 @@ BEGIN
     END IF;
     PERFORM set_config('pgmem.actor', '', true);
     PERFORM set_config('pgmem.event', '', true);
-    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
 $$;
 COMMENT ON FUNCTION pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text, text[], vector[]) IS
@@ -522,7 +527,7 @@ BEGIN
     PERFORM pgmem._store_vectors(v_user, p_id, p_vector_kinds, p_vectors);
     PERFORM set_config('pgmem.actor', '', true);
     PERFORM set_config('pgmem.event', '', true);
-    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
 $$;
 COMMENT ON FUNCTION pgmem.edit(uuid, text, text, vector, integer, text, text, text[], vector[]) IS
@@ -584,7 +589,7 @@ BEGIN
     PERFORM set_config('pgmem.event', '', true);
     PERFORM set_config('pgmem.actor', '', true);
     SELECT * INTO v_row FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = v_new;
-    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
 $$;
 COMMENT ON FUNCTION pgmem.supersede(uuid, text, vector, jsonb, timestamptz, text, integer, text, text[], vector[]) IS
@@ -607,7 +612,7 @@ BEGIN
     UPDATE pgmem.memories m SET valid_to = v_at WHERE m.user_id = v_user AND m.id = p_id RETURNING * INTO v_row;
     PERFORM set_config('pgmem.event', '', true);
     PERFORM set_config('pgmem.actor', '', true);
-    RETURN NEXT pgmem._to_memory(v_row, (SELECT s.name FROM pgmem.spaces s WHERE s.space_id = v_row.space_id));
+    RETURN NEXT (SELECT pgmem._to_memory(v_row, s.name, NULL, s.memory_ttl) FROM pgmem.spaces s WHERE s.space_id = v_row.space_id);
 END
 $$;
 COMMENT ON FUNCTION pgmem.invalidate(uuid, timestamptz, text) IS
@@ -633,7 +638,7 @@ BEGIN
     ), ids AS (
         SELECT back.id, back.depth FROM back UNION SELECT fwd.id, fwd.depth FROM fwd
     )
-    SELECT (pgmem._to_memory(m, s.name)).*
+    SELECT (pgmem._to_memory(m, s.name, NULL, s.memory_ttl)).*
     FROM ids JOIN pgmem.memories m ON m.user_id = v_user AND m.id = ids.id JOIN pgmem.spaces s ON s.space_id = m.space_id
     WHERE pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
     ORDER BY ids.depth, m.valid_from, m.id;
@@ -671,7 +676,7 @@ BEGIN
     END IF;
     v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
     RETURN QUERY EXECUTE
-        'SELECT (pgmem._to_memory(m, $9)).* FROM pgmem.memories m WHERE ' || v_scope.o_sql
+        format('SELECT (pgmem._to_memory(m, $9, NULL, %L::interval)).* FROM pgmem.memories m WHERE ', v_space.memory_ttl) || v_scope.o_sql
         || ' AND ($10::timestamptz IS NULL OR (m.created_at, m.id) > ($10, $11))'
         || ' ORDER BY m.created_at, m.id LIMIT $12'
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
@@ -734,8 +739,8 @@ BEGIN
             -- (components beyond +-65504) nor underflows to a zero vector.
             'WITH r AS MATERIALIZED (SELECT m, (m.embedding::%1$s) <=> (l2_normalize($9)::%1$s) AS distance FROM pgmem.memories m WHERE %2$s'
             || ' ORDER BY (m.embedding::%1$s) <=> (l2_normalize($9)::%1$s) LIMIT $10)'
-            || ' SELECT array_agg(pgmem._to_memory(r.m, $11, greatest(-1, least(1, 1 - (((r.m).embedding) <=> $9)))) ORDER BY ((r.m).embedding) <=> $9, (r.m).id) FROM r',
-            v_cast, v_scope.o_sql)
+            || ' SELECT array_agg(pgmem._to_memory(r.m, $11, greatest(-1, least(1, 1 - (((r.m).embedding) <=> $9))), %3$L::interval) ORDER BY ((r.m).embedding) <=> $9, (r.m).id) FROM r',
+            v_cast, v_scope.o_sql, v_space.memory_ttl)
         INTO v_rows
         USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
               (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
@@ -751,9 +756,9 @@ BEGIN
     END IF;
 
     RETURN QUERY EXECUTE format(
-        'SELECT (pgmem._to_memory(m, $11, greatest(-1, least(1, 1 - (m.embedding <=> $9))))).* FROM pgmem.memories m WHERE %s'
+        'SELECT (pgmem._to_memory(m, $11, greatest(-1, least(1, 1 - (m.embedding <=> $9))), %2$L::interval)).* FROM pgmem.memories m WHERE %1$s'
         || ' AND ($12::float8 IS NULL OR 1 - (m.embedding <=> $9) >= $12)'
-        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql)
+        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql, v_space.memory_ttl)
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
           (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
           p_embedding, p_k, v_space.name, p_min_similarity;
@@ -889,7 +894,7 @@ BEGIN
             SELECT f.*, f.f + $19 * max(f.f) OVER (PARTITION BY f.sess) AS score FROM fused f
             ORDER BY score DESC, f.created_at DESC, f.id LIMIT $10)
         SELECT coalesce(array_agg(ROW(r.id, r.user_id, $11, r.agent_id, r.session_id, r.content, r.metadata, r.created_at,
-                                      r.updated_at, r.expires_at, r.version, CASE WHEN $9 IS NULL THEN NULL ELSE greatest(-1, least(1, r.sim)) END, r.score, r.bs,
+                                      r.updated_at, nullif(pgmem._expiry(r.expires_at, r.created_at, $20), 'infinity'), r.version, CASE WHEN $9 IS NULL THEN NULL ELSE greatest(-1, least(1, r.sim)) END, r.score, r.bs,
                                       CASE WHEN $9 IS NULL THEN NULL ELSE r.ds END)::pgmem.hybrid_hit
                                   ORDER BY r.score DESC, r.created_at DESC, r.id), '{}')
         FROM ranked r
@@ -898,7 +903,8 @@ BEGIN
         USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
               (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
               p_k, v_space.name, v_ids, v_lexemes, v_tsquery, v_space.text_config,
-              p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END, p_speaker_weight, p_session_weight;
+              p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END, p_speaker_weight, p_session_weight,
+              v_space.memory_ttl;
         -- The pools can hold fewer than k rows (a selective filter): then score every matching row.
         EXIT WHEN v_exact OR cardinality(v_rows) >= p_k;
         v_exact := true;
@@ -945,7 +951,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT (t.r).* FROM (
-        SELECT pgmem._to_memory(m, v_space.name) AS r, m.created_at AS c, m.seq AS q FROM pgmem.memories m
+        SELECT pgmem._to_memory(m, v_space.name, NULL, v_space.memory_ttl) AS r, m.created_at AS c, m.seq AS q FROM pgmem.memories m
         WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.session_id = p_session_id
           AND pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now()
         ORDER BY m.created_at DESC, m.seq DESC LIMIT p_n
@@ -1565,6 +1571,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgmem FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     pgmem._expiry(timestamptz, timestamptz, interval), pgmem._scope_sql(integer, jsonb, timestamptz),
     pgmem._expire_conflicts(text, pgmem.spaces, bytea[]), pgmem._check_expiry(timestamptz), pgmem._lock_current(text, uuid),
+    pgmem._to_memory(pgmem.memories, text, double precision, interval),
     pgmem.supersede(uuid, text, vector, jsonb, timestamptz, text, integer, text, text[], vector[]),
     pgmem.invalidate(uuid, timestamptz, text), pgmem.chain(uuid),
     pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz),

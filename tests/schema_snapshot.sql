@@ -523,16 +523,15 @@ $$;
 
 COMMENT ON FUNCTION pgmem._store_vectors(p_user text, p_memory_id uuid, p_kinds text[], p_embeddings public.vector[]) IS 'Internal: store a memory''s extra vectors (kinds sentence, context).';
 
-CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision DEFAULT NULL::double precision) RETURNS pgmem.memory
+CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision, p_ttl interval) RETURNS pgmem.memory
     LANGUAGE sql STABLE
     AS $$
     SELECT ROW(m.id, m.user_id, p_space, m.agent_id, m.session_id, m.content, m.metadata,
-               m.created_at, m.updated_at,
-               nullif(pgmem._expiry(m.expires_at, m.created_at, (SELECT s.memory_ttl FROM pgmem.spaces s WHERE s.space_id = m.space_id)), 'infinity'),
+               m.created_at, m.updated_at, nullif(pgmem._expiry(m.expires_at, m.created_at, p_ttl), 'infinity'),
                m.version, p_similarity, m.valid_from, m.valid_to, m.superseded_by)::pgmem.memory
 $$;
 
-COMMENT ON FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision) IS 'Internal: a memories row as the API''s pgmem.memory.';
+COMMENT ON FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision, p_ttl interval) IS 'Internal: a memories row as the API''s pgmem.memory; p_ttl is its space''s memory_ttl (for the effective expires_at). Inlined by the planner.';
 
 CREATE FUNCTION pgmem._turns(p_user text, p_space pgmem.spaces, p_session_id text, p_pending_only boolean, p_n integer) RETURNS SETOF pgmem.turn
     LANGUAGE sql STABLE
@@ -789,7 +788,7 @@ BEGIN
     ), ids AS (
         SELECT back.id, back.depth FROM back UNION SELECT fwd.id, fwd.depth FROM fwd
     )
-    SELECT (pgmem._to_memory(m, s.name)).*
+    SELECT (pgmem._to_memory(m, s.name, NULL, s.memory_ttl)).*
     FROM ids JOIN pgmem.memories m ON m.user_id = v_user AND m.id = ids.id JOIN pgmem.spaces s ON s.space_id = m.space_id
     WHERE pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
     ORDER BY ids.depth, m.valid_from, m.id;
@@ -1123,7 +1122,7 @@ BEGIN
     PERFORM pgmem._store_vectors(v_user, p_id, p_vector_kinds, p_vectors);
     PERFORM set_config('pgmem.actor', '', true);
     PERFORM set_config('pgmem.event', '', true);
-    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
 $$;
 
@@ -1203,7 +1202,7 @@ DECLARE
     v_user text := pgmem._require_user();
 BEGIN
     RETURN QUERY
-    SELECT (pgmem._to_memory(m, s.name)).* FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    SELECT (pgmem._to_memory(m, s.name, NULL, s.memory_ttl)).* FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
     WHERE m.user_id = v_user AND m.id = p_id AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now();
 END
 $$;
@@ -1306,7 +1305,7 @@ BEGIN
     UPDATE pgmem.memories m SET valid_to = v_at WHERE m.user_id = v_user AND m.id = p_id RETURNING * INTO v_row;
     PERFORM set_config('pgmem.event', '', true);
     PERFORM set_config('pgmem.actor', '', true);
-    RETURN NEXT pgmem._to_memory(v_row, (SELECT s.name FROM pgmem.spaces s WHERE s.space_id = v_row.space_id));
+    RETURN NEXT (SELECT pgmem._to_memory(v_row, s.name, NULL, s.memory_ttl) FROM pgmem.spaces s WHERE s.space_id = v_row.space_id);
 END
 $$;
 
@@ -1331,7 +1330,7 @@ BEGIN
     END IF;
     v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
     RETURN QUERY EXECUTE
-        'SELECT (pgmem._to_memory(m, $9)).* FROM pgmem.memories m WHERE ' || v_scope.o_sql
+        format('SELECT (pgmem._to_memory(m, $9, NULL, %L::interval)).* FROM pgmem.memories m WHERE ', v_space.memory_ttl) || v_scope.o_sql
         || ' AND ($10::timestamptz IS NULL OR (m.created_at, m.id) > ($10, $11))'
         || ' ORDER BY m.created_at, m.id LIMIT $12'
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
@@ -1478,8 +1477,8 @@ BEGIN
             -- (components beyond +-65504) nor underflows to a zero vector.
             'WITH r AS MATERIALIZED (SELECT m, (m.embedding::%1$s) <=> (l2_normalize($9)::%1$s) AS distance FROM pgmem.memories m WHERE %2$s'
             || ' ORDER BY (m.embedding::%1$s) <=> (l2_normalize($9)::%1$s) LIMIT $10)'
-            || ' SELECT array_agg(pgmem._to_memory(r.m, $11, greatest(-1, least(1, 1 - (((r.m).embedding) <=> $9)))) ORDER BY ((r.m).embedding) <=> $9, (r.m).id) FROM r',
-            v_cast, v_scope.o_sql)
+            || ' SELECT array_agg(pgmem._to_memory(r.m, $11, greatest(-1, least(1, 1 - (((r.m).embedding) <=> $9))), %3$L::interval) ORDER BY ((r.m).embedding) <=> $9, (r.m).id) FROM r',
+            v_cast, v_scope.o_sql, v_space.memory_ttl)
         INTO v_rows
         USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
               (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
@@ -1495,9 +1494,9 @@ BEGIN
     END IF;
 
     RETURN QUERY EXECUTE format(
-        'SELECT (pgmem._to_memory(m, $11, greatest(-1, least(1, 1 - (m.embedding <=> $9))))).* FROM pgmem.memories m WHERE %s'
+        'SELECT (pgmem._to_memory(m, $11, greatest(-1, least(1, 1 - (m.embedding <=> $9))), %2$L::interval)).* FROM pgmem.memories m WHERE %1$s'
         || ' AND ($12::float8 IS NULL OR 1 - (m.embedding <=> $9) >= $12)'
-        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql)
+        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql, v_space.memory_ttl)
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
           (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
           p_embedding, p_k, v_space.name, p_min_similarity;
@@ -1627,7 +1626,7 @@ BEGIN
             SELECT f.*, f.f + $19 * max(f.f) OVER (PARTITION BY f.sess) AS score FROM fused f
             ORDER BY score DESC, f.created_at DESC, f.id LIMIT $10)
         SELECT coalesce(array_agg(ROW(r.id, r.user_id, $11, r.agent_id, r.session_id, r.content, r.metadata, r.created_at,
-                                      r.updated_at, r.expires_at, r.version, CASE WHEN $9 IS NULL THEN NULL ELSE greatest(-1, least(1, r.sim)) END, r.score, r.bs,
+                                      r.updated_at, nullif(pgmem._expiry(r.expires_at, r.created_at, $20), 'infinity'), r.version, CASE WHEN $9 IS NULL THEN NULL ELSE greatest(-1, least(1, r.sim)) END, r.score, r.bs,
                                       CASE WHEN $9 IS NULL THEN NULL ELSE r.ds END)::pgmem.hybrid_hit
                                   ORDER BY r.score DESC, r.created_at DESC, r.id), '{}')
         FROM ranked r
@@ -1636,7 +1635,8 @@ BEGIN
         USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
               (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
               p_k, v_space.name, v_ids, v_lexemes, v_tsquery, v_space.text_config,
-              p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END, p_speaker_weight, p_session_weight;
+              p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END, p_speaker_weight, p_session_weight,
+              v_space.memory_ttl;
         -- The pools can hold fewer than k rows (a selective filter): then score every matching row.
         EXIT WHEN v_exact OR cardinality(v_rows) >= p_k;
         v_exact := true;
@@ -1659,7 +1659,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT (t.r).* FROM (
-        SELECT pgmem._to_memory(m, v_space.name) AS r, m.created_at AS c, m.seq AS q FROM pgmem.memories m
+        SELECT pgmem._to_memory(m, v_space.name, NULL, v_space.memory_ttl) AS r, m.created_at AS c, m.seq AS q FROM pgmem.memories m
         WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.session_id = p_session_id
           AND pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now()
         ORDER BY m.created_at DESC, m.seq DESC LIMIT p_n
@@ -1792,7 +1792,7 @@ BEGIN
     PERFORM set_config('pgmem.event', '', true);
     PERFORM set_config('pgmem.actor', '', true);
     SELECT * INTO v_row FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = v_new;
-    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
 $$;
 
@@ -1854,7 +1854,7 @@ BEGIN
     END IF;
     PERFORM set_config('pgmem.actor', '', true);
     PERFORM set_config('pgmem.event', '', true);
-    RETURN NEXT pgmem._to_memory(v_row, v_space.name);
+    RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
 $$;
 
