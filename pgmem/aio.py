@@ -183,7 +183,7 @@ class AsyncMemory(MemoryBase):
 
     async def _rows(self, name: str, params: dict[str, Any], conn: psycopg.AsyncConnection | None = None) -> list[dict]:
         try:
-            async with self._connection(conn) as c, c.transaction():
+            async with self._connection(conn) as c, c.pipeline(), c.transaction():  # one round trip
                 if self.user_id is not None:
                     await c.execute(query("act_as"), {"user_id": self.user_id})
                 async with c.cursor(row_factory=dict_row) as cur:

@@ -880,8 +880,9 @@ class Memory(MemoryBase):
                 yield c
 
     def _rows(self, name: str, params: dict[str, Any], conn: psycopg.Connection | None = None) -> list[dict]:
+        # Pipeline mode: BEGIN, act_as, the statement and COMMIT go to the server in one round trip.
         try:
-            with self._connection(conn) as c, c.transaction():
+            with self._connection(conn) as c, c.pipeline(), c.transaction():
                 if self.user_id is not None:
                     c.execute(query("act_as"), {"user_id": self.user_id})
                 with c.cursor(row_factory=dict_row) as cur:

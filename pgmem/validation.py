@@ -120,11 +120,15 @@ def check_filter(value: Any) -> dict | None:
 
 def check_vector(value: Any, dims: int, *, field: str = "embedding", index: int | None = None,
                  context: str = "") -> np.ndarray:
-    """Return ``value`` as a float32 array of shape ``(dims,)``; refuse a wrong length, NaN, ±Inf or a zero vector.
+    """Return ``value`` (a sequence of numbers, a numpy array, or pgvector's ``Vector``/``HalfVector`` as read
+    back from PostgreSQL) as a float32 array of shape ``(dims,)``; refuse a wrong length, NaN, ±Inf or a zero
+    vector.
 
     The message of a wrong length reads ``expected 384 dimensions, got 768`` followed by ``context``
     (the space and model).
     """
+    if hasattr(value, "to_numpy") and not isinstance(value, np.ndarray):  # pgvector's Vector / HalfVector
+        value = value.to_numpy()
     try:
         with np.errstate(over="ignore"):  # values beyond float32 become inf, refused just below
             arr = np.asarray(value, dtype=np.float32)

@@ -342,6 +342,48 @@ $$;
 
 COMMENT ON FUNCTION pgmem._lock_current(p_user text, p_id uuid) IS 'Internal: lock one live memory that still holds (FOR UPDATE), else PGM03 / PGM04.';
 
+CREATE FUNCTION pgmem._matching_rows(p_user text, p_space pgmem.spaces, p_sql text, p_filter_params pgmem.compiled_filter, p_threshold integer, p_agent_id text, p_session_id text, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_filter jsonb, p_as_of timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_plain boolean := p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
+                       AND p_created_before IS NULL AND p_as_of IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb);
+    v_fresh interval := make_interval(secs => coalesce(nullif(current_setting('pgmem.route_cache_seconds', true), '')::integer, 60));
+    v_cached pgmem.tenant_sizes;
+    v_n bigint;
+    v_lock_timeout text := current_setting('lock_timeout');
+BEGIN
+    SELECT * INTO v_cached FROM pgmem.tenant_sizes t WHERE t.user_id = p_user AND t.space_id = p_space.space_id;
+    IF FOUND AND v_cached.counted_at > now() - v_fresh THEN
+        IF v_cached.complete AND (v_plain OR v_cached.rows <= p_threshold) THEN
+            RETURN v_cached.rows;
+        ELSIF NOT v_cached.complete AND v_plain AND v_cached.rows > p_threshold THEN
+            RETURN v_cached.rows;
+        END IF;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmem.memories m WHERE %s LIMIT %s) c', p_sql, p_threshold + 1)
+    INTO v_n
+    USING p_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+          p_filter_params.keys, p_filter_params.vals, NULL::text;
+    IF v_plain AND current_setting('transaction_read_only') = 'off' THEN
+        -- Best effort: a read-only transaction (a standby) or a concurrent refresh just skips the store.
+        BEGIN
+            PERFORM set_config('lock_timeout', '20ms', true);
+            INSERT INTO pgmem.tenant_sizes AS t (user_id, space_id, rows, complete, counted_at)
+            VALUES (p_user, p_space.space_id, v_n, v_n <= p_threshold, now())
+            ON CONFLICT (user_id, space_id) DO UPDATE
+                SET rows = EXCLUDED.rows, complete = EXCLUDED.complete, counted_at = EXCLUDED.counted_at;
+            PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        EXCEPTION WHEN lock_not_available OR read_only_sql_transaction OR insufficient_privilege THEN
+            NULL;  -- the block's own setting of lock_timeout is undone with it
+        END;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._matching_rows(p_user text, p_space pgmem.spaces, p_sql text, p_filter_params pgmem.compiled_filter, p_threshold integer, p_agent_id text, p_session_id text, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_filter jsonb, p_as_of timestamp with time zone) IS 'Internal: how many memories match a search''s scope, capped at p_threshold + 1, for routing; a tenant''s own size comes from pgmem.tenant_sizes while fresh (pgmem.route_cache_seconds, default 60).';
+
 CREATE FUNCTION pgmem._memories_before_write() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pgmem', 'public'
@@ -1458,12 +1500,11 @@ BEGIN
     v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
 
     -- Routing. A shared HNSW index post-filters: for a tenant (or filter) holding a small share of the
-    -- space it returns too few rows. So count the matching rows, capped, and scan them exactly when few.
+    -- space it returns too few rows. So count the matching rows, capped, and scan them exactly when few
+    -- (a tenant's own size comes from pgmem.tenant_sizes when counted recently).
     IF v_space.index_kind <> 'exact' THEN
-        EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmem.memories m WHERE %s LIMIT %s) c', v_scope.o_sql, v_threshold + 1)
-        INTO v_n
-        USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
-              (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text;
+        v_n := pgmem._matching_rows(v_user, v_space, v_scope.o_sql, v_scope.o_filter, v_threshold,
+                                    p_agent_id, p_session_id, p_created_after, p_created_before, p_filter, p_as_of);
     END IF;
 
     IF v_space.index_kind <> 'exact' AND v_n > v_threshold THEN
@@ -1546,10 +1587,8 @@ BEGIN
             SELECT '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''' FROM unnest(v_lexemes) l), ' | ')::tsquery;
     END IF;
     v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
-    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM pgmem.memories m WHERE %s LIMIT %s) c', v_scope.o_sql, v_threshold + 1)
-    INTO v_n
-    USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
-          (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text;
+    v_n := pgmem._matching_rows(v_user, v_space, v_scope.o_sql, v_scope.o_filter, v_threshold,
+                                p_agent_id, p_session_id, p_created_after, p_created_before, p_filter, p_as_of);
     v_exact := v_n <= v_threshold OR v_space.index_kind = 'exact';
 
     FOR pass IN 1..2 LOOP
@@ -1960,6 +1999,18 @@ ALTER TABLE pgmem.spaces ALTER COLUMN space_id ADD GENERATED ALWAYS AS IDENTITY 
     CACHE 1
 );
 
+CREATE TABLE pgmem.tenant_sizes (
+    user_id text NOT NULL,
+    space_id integer NOT NULL,
+    rows bigint NOT NULL,
+    complete boolean NOT NULL,
+    counted_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE ONLY pgmem.tenant_sizes FORCE ROW LEVEL SECURITY;
+
+COMMENT ON TABLE pgmem.tenant_sizes IS 'Routing cache: how many memories of a user hold now in a space (complete = false: at least that many), counted by search at most every pgmem.route_cache_seconds (default 60).';
+
 CREATE TABLE pgmem.turns (
     user_id text NOT NULL,
     turn_id bigint NOT NULL,
@@ -2017,6 +2068,9 @@ ALTER TABLE ONLY pgmem.spaces
 ALTER TABLE ONLY pgmem.spaces
     ADD CONSTRAINT spaces_pkey PRIMARY KEY (space_id);
 
+ALTER TABLE ONLY pgmem.tenant_sizes
+    ADD CONSTRAINT tenant_sizes_pkey PRIMARY KEY (user_id, space_id);
+
 ALTER TABLE ONLY pgmem.turns
     ADD CONSTRAINT turns_pkey PRIMARY KEY (user_id, turn_id);
 
@@ -2061,6 +2115,9 @@ ALTER TABLE ONLY pgmem.memory_sources
 ALTER TABLE ONLY pgmem.memory_vectors
     ADD CONSTRAINT memory_vectors_memory_fkey FOREIGN KEY (user_id, memory_id) REFERENCES pgmem.memories(user_id, id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY pgmem.tenant_sizes
+    ADD CONSTRAINT tenant_sizes_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id);
+
 ALTER TABLE ONLY pgmem.turns
     ADD CONSTRAINT turns_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id);
 
@@ -2079,6 +2136,10 @@ CREATE POLICY memory_sources_tenant ON pgmem.memory_sources USING ((user_id = ( 
 ALTER TABLE pgmem.memory_vectors ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY memory_vectors_tenant ON pgmem.memory_vectors USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+
+ALTER TABLE pgmem.tenant_sizes ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_sizes_tenant ON pgmem.tenant_sizes USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
 
 ALTER TABLE pgmem.turns ENABLE ROW LEVEL SECURITY;
 

@@ -217,6 +217,7 @@ def _populate(m, who: str) -> None:
     m.append_turn("s", "user", f"{who}: hello")
     m.append_turn("s", "assistant", "hi there", embed=True)
     m.consolidate("s", lambda turns: [f"{who} greeted the assistant"])
+    assert m.search(f"{who} likes", k=3)  # leaves the tenant's size in pgmem.tenant_sizes (routing cache)
 
 
 def test_erase_user_leaves_nothing_of_theirs_and_touches_nobody_else(alice, bob, root, admin, login_role):
@@ -225,7 +226,7 @@ def test_erase_user_leaves_nothing_of_theirs_and_touches_nobody_else(alice, bob,
     agent = login_role("pgmem_agent")
     admin.execute("SELECT pgmem.bind_role(%s, 'alice')", [agent])
     tables = user_tables(admin)
-    assert {"memories", "memory_vectors", "turns", "memory_sources", "history", "role_bindings"} <= set(tables)
+    assert {"memories", "memory_vectors", "turns", "memory_sources", "history", "role_bindings", "tenant_sizes"} <= set(tables)
     bob_before = {t: raw_count(admin, t, "bob") for t in tables}
     assert all(raw_count(admin, t, "alice") > 0 for t in tables)
 

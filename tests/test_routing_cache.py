@@ -1,0 +1,93 @@
+"""Migration 0004: search routes by a tenant's size kept in pgmem.tenant_sizes for pgmem.route_cache_seconds
+instead of counting on every call. A stale size may cost speed, never rows: both routes return min(k, n)."""
+
+from __future__ import annotations
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+
+from conftest import connect
+from pgmem.testing import HashEmbedder
+
+EMB = HashEmbedder(64)
+
+
+def search(conn, k: int, threshold: int, *, cache_seconds: int | None = None, read_only: bool = False,
+           user: str = "alice", **kw) -> list:
+    with conn.transaction():
+        if read_only:
+            conn.execute("SET TRANSACTION READ ONLY")
+        conn.execute("SELECT pgmem.act_as(%s)", [user])
+        conn.execute("SELECT set_config('pgmem.exact_search_max_rows', %s, true)", [str(threshold)])
+        if cache_seconds is not None:
+            conn.execute("SELECT set_config('pgmem.route_cache_seconds', %s, true)", [str(cache_seconds)])
+        q = EMB.embed(["query about memory 7"])[0]
+        args = ", ".join(f"p_{k_} => %({k_})s" for k_ in kw)
+        sql = "SELECT id FROM pgmem.search('t64', %(q)s, %(k)s" + (", " + args if args else "") + ")"
+        return [r[0] for r in conn.execute(sql, {"q": q, "k": k, **kw}).fetchall()]
+
+
+def exact(admin, user: str, k: int) -> list:
+    register_vector(admin)
+    q = EMB.embed(["query about memory 7"])[0]
+    return [r[0] for r in admin.execute(
+        "SELECT id FROM pgmem.memories WHERE user_id = %s AND valid_to IS NULL ORDER BY embedding <=> %s, id LIMIT %s",
+        [user, q, k]).fetchall()]
+
+
+def cached(admin, user: str):
+    return admin.execute("SELECT rows, complete FROM pgmem.tenant_sizes WHERE user_id = %s", [user]).fetchone()
+
+
+def test_a_search_stores_the_tenant_size_and_later_searches_use_it(alice, bob, admin, login_role):
+    alice.add_many([f"memory {i} of alice" for i in range(30)])
+    bob.add_many([f"memory {i} of bob" for i in range(5)])
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        assert len(search(gw, 10, threshold=20)) == 10
+        assert cached(admin, "alice") == (21, False)  # capped at threshold + 1: "large"
+        assert len(search(gw, 10, threshold=20, user="bob")) == 5
+        assert cached(admin, "bob") == (5, True)
+        # Filters never store a size (they count their own subset).
+        admin.execute("DELETE FROM pgmem.tenant_sizes")
+        search(gw, 10, threshold=20, agent_id="nobody")
+        assert cached(admin, "alice") is None
+        # A read-only transaction (a standby) searches without storing.
+        assert len(search(gw, 10, threshold=20, read_only=True)) == 10
+        assert cached(admin, "alice") is None
+
+
+def test_a_stale_size_costs_speed_never_rows(alice, admin, login_role):
+    first = alice.add_many([f"memory {i} of alice" for i in range(8)])
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        assert len(search(gw, 50, threshold=20)) == 8
+        assert cached(admin, "alice") == (8, True)
+        # The tenant grows past the threshold within the cache window: still routed exact, all rows right.
+        alice.add_many([f"memory {i} of alice" for i in range(8, 60)])
+        assert search(gw, 50, threshold=20) == exact(admin, "alice", 50)
+        assert cached(admin, "alice") == (8, True)  # fresh: not recounted
+        # With the window at 0 it is recounted: now "large", HNSW route; still min(k, n) rows.
+        got = search(gw, 50, threshold=20, cache_seconds=0)
+        assert cached(admin, "alice") == (21, False) and len(got) == 50
+        # The tenant shrinks below k while the cache says "large": the HNSW route falls back to exact.
+        alice.delete_all(confirm=True)
+        keep = alice.add_many(["memory 7 of alice", "memory 8 of alice", "memory 9 of alice"])
+        assert sorted(search(gw, 10, threshold=20)) == sorted(r.id for r in keep)
+        assert cached(admin, "alice") == (21, False)
+    assert first  # the first batch existed
+
+
+def test_cache_rows_are_private_and_erased(alice, bob, admin):
+    alice.add_many(["a1", "a2"])
+    bob.add_many(["b1"])
+    alice.search("a1")
+    bob.search("b1")
+    with psycopg.connect(admin.info.dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute("SET LOCAL ROLE pgmem_gateway")
+            conn.execute("SELECT pgmem.act_as('bob')")
+            assert conn.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall() == [("bob",)]
+    assert np.array_equal(sorted(r[0] for r in admin.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall()),
+                          ["alice", "bob"])
+    admin.execute("SELECT * FROM pgmem.erase_user('alice')")
+    assert cached(admin, "alice") is None and cached(admin, "bob") == (1, True)
