@@ -91,3 +91,12 @@ def test_cache_rows_are_private_and_erased(alice, bob, admin):
                           ["alice", "bob"])
     admin.execute("SELECT * FROM pgmem.erase_user('alice')")
     assert cached(admin, "alice") is None and cached(admin, "bob") == (1, True)
+
+
+def test_an_embedding_read_back_from_postgresql_can_be_searched_with(alice, admin):
+    """pgvector's Vector (what a vector column reads back as) is accepted where an embedding is expected."""
+    ids = alice.add_many(["the red bicycle", "the blue car"])
+    register_vector(admin)
+    stored = admin.execute("SELECT embedding FROM pgmem.memories WHERE id = %s", [ids[0].id]).fetchone()[0]
+    assert type(stored).__name__ == "Vector"
+    assert alice.search(embedding=stored, k=1)[0].id == ids[0].id
