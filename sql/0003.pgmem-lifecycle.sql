@@ -1511,12 +1511,24 @@ DECLARE
     v_map jsonb := '{}';
     v_mem_in bigint := 0; v_mem_skip bigint := 0;
     v_turn_in bigint := 0;
+    v_turn_skip bigint := 0;
     v_hist_skip bigint := 0;
     v_k text;
 BEGIN
-    -- Turns first (they get new ids; sources are mapped to them), then memories in their export order.
+    -- Turns first (they get new ids; sources are mapped to them), then memories in their export order. A turn
+    -- already present (same space, session, role, content and time) is not added again: its id is reused.
     FOR v_row IN SELECT r FROM unnest(p_rows) r WHERE r ->> 'kind' = 'turn' ORDER BY (r ->> 'turn_id')::bigint LOOP
         v_space := pgmem._checked_space(v_row ->> 'space', (v_row ->> 'embedding')::vector, NULL);
+        SELECT t.turn_id INTO v_new FROM pgmem.turns t
+        WHERE t.user_id = v_user AND t.space_id = v_space.space_id AND t.session_id = v_row ->> 'session_id'
+          AND t.role = v_row ->> 'role' AND t.content = v_row ->> 'content'
+          AND t.created_at = (v_row ->> 'created_at')::timestamptz
+        LIMIT 1;
+        IF FOUND THEN
+            v_map := v_map || jsonb_build_object(v_row ->> 'turn_id', v_new);
+            v_turn_skip := v_turn_skip + 1;
+            CONTINUE;
+        END IF;
         INSERT INTO pgmem.turns (user_id, space_id, session_id, agent_id, role, content, embedding, metadata, created_at, expires_at, consolidated_at)
         VALUES (v_user, v_space.space_id, v_row ->> 'session_id', v_row ->> 'agent_id', v_row ->> 'role', v_row ->> 'content',
                 (v_row ->> 'embedding')::vector, coalesce(v_row -> 'metadata', '{}'), (v_row ->> 'created_at')::timestamptz,
@@ -1528,7 +1540,7 @@ BEGIN
     FOR v_row IN SELECT r FROM unnest(p_rows) WITH ORDINALITY AS x(r, o) WHERE r ->> 'kind' = 'memory' ORDER BY o LOOP
         IF v_row -> 'embedding' IS NULL OR jsonb_typeof(v_row -> 'embedding') <> 'array' THEN
             RAISE EXCEPTION 'memory % has no embedding in the export', v_row ->> 'id'
-                USING ERRCODE = 'PGM08', HINT = 'Export with embeddings (pgmem.export_user(true)) to import.';
+                USING ERRCODE = 'PGM08', HINT = 'Export with embeddings to import: `pgmem export` without --no-embeddings, or pgmem.export_user(true).';
         END IF;
         v_space := pgmem._checked_space(v_row ->> 'space', (v_row ->> 'embedding')::vector, NULL);
         INSERT INTO pgmem.memories AS m (user_id, id, space_id, agent_id, session_id, content, embedding, metadata, created_at,
@@ -1557,12 +1569,12 @@ BEGIN
         RAISE EXCEPTION 'unknown row kind %', quote_nullable(v_k) USING ERRCODE = 'PGM08';
     END LOOP;
     kind := 'memory'; imported := v_mem_in; skipped := v_mem_skip; RETURN NEXT;
-    kind := 'turn'; imported := v_turn_in; skipped := 0; RETURN NEXT;
+    kind := 'turn'; imported := v_turn_in; skipped := v_turn_skip; RETURN NEXT;
     kind := 'history'; imported := 0; skipped := v_hist_skip; RETURN NEXT;
 END
 $$;
 COMMENT ON FUNCTION pgmem.import_user(jsonb[]) IS
-    'Read rows of pgmem.export_user back in for the current user, all or nothing: memories keep their ids, times, validity, metadata, embeddings, extra vectors and source links; turns get new ids (links follow them). History rows are not replayed (the import writes its own ADD events); they are counted as skipped. A memory whose id or current content already exists is skipped.';
+    'Read rows of pgmem.export_user back in for the current user, all or nothing: memories keep their ids, times, validity, metadata, embeddings, extra vectors and source links; turns get new ids (links follow them); a turn already present (same space, session, role, content, time) is skipped. History rows are not replayed (the import writes its own ADD events); they are counted as skipped. A memory whose id or current content already exists is skipped.';
 
 -- ---------------------------------------------------------------------------------------------------------
 -- Privileges

@@ -39,12 +39,18 @@ def _probe(python: Path) -> dict | None:
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
+def _ours(found: dict) -> bool:
+    """Whether the venv imports pgmem from this checkout. An editable install of a checkout since deleted
+    imports as a namespace package whose ``__file__`` is None: not ours either, so it is reinstalled."""
+    return found.get("pgmem") is not None and Path(found["pgmem"]).is_relative_to(REPO)
+
+
 @pytest.fixture(scope="session")
 def hermes_python() -> Path:
     """The venv's interpreter, with hermes-agent and this checkout of pgmem (editable) installed."""
     python = VENV / "bin" / "python"
     found = _probe(python)
-    ok = found is not None and found["hermes"] == HERMES_VERSION and Path(found["pgmem"]).is_relative_to(REPO)
+    ok = found is not None and found["hermes"] == HERMES_VERSION and _ours(found)
     if not ok:
         steps = [] if python.exists() else [[sys.executable, "-m", "venv", str(VENV)]]
         steps.append([str(python), "-m", "pip", "install", "-q", f"hermes-agent=={HERMES_VERSION}", "-e", str(REPO)])
@@ -54,7 +60,7 @@ def hermes_python() -> Path:
                 pytest.fail(f"could not set up hermes-agent {HERMES_VERSION} in {VENV}: {' '.join(cmd)}\n"
                             f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}", pytrace=False)
         found = _probe(python)
-        if found is None or not Path(found["pgmem"]).is_relative_to(REPO):
+        if found is None or not _ours(found):
             pytest.fail(f"hermes-agent or pgmem does not import in {VENV}: {found}", pytrace=False)
     return python
 

@@ -268,6 +268,8 @@ def test_export_then_erase_then_import_round_trips(alice, root, admin):
     # Importing again skips what is there: nothing doubles.
     again = alice.import_rows(before)
     assert again["memory"] == {"imported": 0, "skipped": len(mems)}
+    assert again["turn"] == {"imported": 0, "skipped": 2}
+    assert len(alice.recent_turns("s")) == 2
 
 
 def test_export_without_embeddings_cannot_be_imported(alice):
