@@ -77,7 +77,7 @@ $$;
 COMMENT ON FUNCTION pgmem._scope_sql(integer, jsonb) IS 'Internal: SQL for the rows of one user and space matching agent, session, time range, content substring and metadata filter.';
 
 DROP FUNCTION pgmem._scope_sql(integer, jsonb, timestamptz), pgmem._lock_current(text, uuid),
-    pgmem._to_memory(pgmem.memories, text, double precision, interval),
+    pgmem._to_memory(pgmem.memories, text, double precision, interval), pgmem._memory_columns(text, text, interval),
     pgmem._check_expiry(timestamptz), pgmem._expire_conflicts(text, pgmem.spaces, bytea[]);
 
 DROP INDEX pgmem.memories_content_key, pgmem.memories_user_superseded_by_idx, pgmem.memories_expires_at_idx;

@@ -95,6 +95,18 @@ $$;
 COMMENT ON FUNCTION pgmem._to_memory(pgmem.memories, text, double precision, interval) IS
     'Internal: a memories row as the API''s pgmem.memory; p_ttl is its space''s memory_ttl (for the effective expires_at). Inlined by the planner.';
 
+-- The same columns as SQL text for the dynamic queries of search and list. Planning (pgmem._to_memory(m)).*
+-- inlines the function once per column (1.2 of 1.5 ms of planning for a 10-row search); plain columns do not.
+CREATE FUNCTION pgmem._memory_columns(p_space_ref text, p_similarity text, p_ttl interval) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT format('m.id, m.user_id, %1$s, m.agent_id, m.session_id, m.content, m.metadata, m.created_at, m.updated_at,'
+                  ' nullif(pgmem._expiry(m.expires_at, m.created_at, %3$L::interval), ''infinity''), m.version,'
+                  ' (%2$s)::double precision, m.valid_from, m.valid_to, m.superseded_by', p_space_ref, p_similarity, p_ttl)
+$$;
+COMMENT ON FUNCTION pgmem._memory_columns(text, text, interval) IS
+    'Internal: the select list of a pgmem.memory over alias m (space name and similarity as SQL expressions), for dynamic queries.';
+
 -- Internal: the WHERE clause shared by list, search, search_hybrid and delete_all. Parameters: $1 user,
 -- $2 agent_id, $3 session_id, $4 created_after, $5 created_before, $6 filter keys, $7 filter values,
 -- $8 content substring. The space's TTL and the as-of time are written in as literals (%L).
@@ -676,7 +688,7 @@ BEGIN
     END IF;
     v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
     RETURN QUERY EXECUTE
-        format('SELECT (pgmem._to_memory(m, $9, NULL, %L::interval)).* FROM pgmem.memories m WHERE ', v_space.memory_ttl) || v_scope.o_sql
+        'SELECT ' || pgmem._memory_columns('$9', 'NULL', v_space.memory_ttl) || ' FROM pgmem.memories m WHERE ' || v_scope.o_sql
         || ' AND ($10::timestamptz IS NULL OR (m.created_at, m.id) > ($10, $11))'
         || ' ORDER BY m.created_at, m.id LIMIT $12'
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
@@ -756,9 +768,10 @@ BEGIN
     END IF;
 
     RETURN QUERY EXECUTE format(
-        'SELECT (pgmem._to_memory(m, $11, greatest(-1, least(1, 1 - (m.embedding <=> $9))), %2$L::interval)).* FROM pgmem.memories m WHERE %1$s'
+        'SELECT %2$s FROM pgmem.memories m WHERE %1$s'
         || ' AND ($12::float8 IS NULL OR 1 - (m.embedding <=> $9) >= $12)'
-        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql, v_space.memory_ttl)
+        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql,
+        pgmem._memory_columns('$11', 'greatest(-1, least(1, 1 - (m.embedding <=> $9)))', v_space.memory_ttl))
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
           (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
           p_embedding, p_k, v_space.name, p_min_similarity;
@@ -1583,7 +1596,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgmem FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     pgmem._expiry(timestamptz, timestamptz, interval), pgmem._scope_sql(integer, jsonb, timestamptz),
     pgmem._expire_conflicts(text, pgmem.spaces, bytea[]), pgmem._check_expiry(timestamptz), pgmem._lock_current(text, uuid),
-    pgmem._to_memory(pgmem.memories, text, double precision, interval),
+    pgmem._to_memory(pgmem.memories, text, double precision, interval), pgmem._memory_columns(text, text, interval),
     pgmem.supersede(uuid, text, vector, jsonb, timestamptz, text, integer, text, text[], vector[]),
     pgmem.invalidate(uuid, timestamptz, text), pgmem.chain(uuid),
     pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz),

@@ -143,9 +143,10 @@ BEGIN
     END IF;
 
     RETURN QUERY EXECUTE format(
-        'SELECT (pgmem._to_memory(m, $11, greatest(-1, least(1, 1 - (m.embedding <=> $9))), %2$L::interval)).* FROM pgmem.memories m WHERE %1$s'
+        'SELECT %2$s FROM pgmem.memories m WHERE %1$s'
         || ' AND ($12::float8 IS NULL OR 1 - (m.embedding <=> $9) >= $12)'
-        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql, v_space.memory_ttl)
+        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql,
+        pgmem._memory_columns('$11', 'greatest(-1, least(1, 1 - (m.embedding <=> $9)))', v_space.memory_ttl))
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
           (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
           p_embedding, p_k, v_space.name, p_min_similarity;

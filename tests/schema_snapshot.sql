@@ -465,6 +465,16 @@ $$;
 
 COMMENT ON FUNCTION pgmem._memories_history() IS 'Trigger: appends one history event per inserted, updated or deleted memory.';
 
+CREATE FUNCTION pgmem._memory_columns(p_space_ref text, p_similarity text, p_ttl interval) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+    SELECT format('m.id, m.user_id, %1$s, m.agent_id, m.session_id, m.content, m.metadata, m.created_at, m.updated_at,'
+                  ' nullif(pgmem._expiry(m.expires_at, m.created_at, %3$L::interval), ''infinity''), m.version,'
+                  ' (%2$s)::double precision, m.valid_from, m.valid_to, m.superseded_by', p_space_ref, p_similarity, p_ttl)
+$_$;
+
+COMMENT ON FUNCTION pgmem._memory_columns(p_space_ref text, p_similarity text, p_ttl interval) IS 'Internal: the select list of a pgmem.memory over alias m (space name and similarity as SQL expressions), for dynamic queries.';
+
 CREATE FUNCTION pgmem._memory_vectors_before_insert() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pgmem', 'public'
@@ -1384,7 +1394,7 @@ BEGIN
     END IF;
     v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
     RETURN QUERY EXECUTE
-        format('SELECT (pgmem._to_memory(m, $9, NULL, %L::interval)).* FROM pgmem.memories m WHERE ', v_space.memory_ttl) || v_scope.o_sql
+        'SELECT ' || pgmem._memory_columns('$9', 'NULL', v_space.memory_ttl) || ' FROM pgmem.memories m WHERE ' || v_scope.o_sql
         || ' AND ($10::timestamptz IS NULL OR (m.created_at, m.id) > ($10, $11))'
         || ' ORDER BY m.created_at, m.id LIMIT $12'
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
@@ -1547,9 +1557,10 @@ BEGIN
     END IF;
 
     RETURN QUERY EXECUTE format(
-        'SELECT (pgmem._to_memory(m, $11, greatest(-1, least(1, 1 - (m.embedding <=> $9))), %2$L::interval)).* FROM pgmem.memories m WHERE %1$s'
+        'SELECT %2$s FROM pgmem.memories m WHERE %1$s'
         || ' AND ($12::float8 IS NULL OR 1 - (m.embedding <=> $9) >= $12)'
-        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql, v_space.memory_ttl)
+        || ' ORDER BY m.embedding <=> $9, m.id LIMIT $10', v_scope.o_sql,
+        pgmem._memory_columns('$11', 'greatest(-1, least(1, 1 - (m.embedding <=> $9)))', v_space.memory_ttl))
     USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
           (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
           p_embedding, p_k, v_space.name, p_min_similarity;
