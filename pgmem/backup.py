@@ -176,7 +176,6 @@ SELECT n.nspname || '.' || c.relname AS name
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname IN ('pgmem', 'public') AND c.relkind IN ('r', 'p')
 ORDER BY 1
-LIMIT 5
 """
 
 
@@ -457,7 +456,9 @@ def _prepare_target(dsn: str) -> tuple[str, bool, bool]:
         tables = [r["name"] for r in conn.execute(SQL_TARGET_TABLES).fetchall()]
         schema = conn.execute("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'pgmem'").fetchone()
         if tables or schema:
-            what = ", ".join(tables) if tables else "schema pgmem"
+            what = ", ".join(tables[:5]) if tables else "schema pgmem"
+            if len(tables) > 5:
+                what += f", and {len(tables) - 5} more"
             raise PgmemError(f"database {dbname!r} is not empty ({what}): restore goes into a new or empty database",
                              hint="give a new database name in --dsn; pgmem restore creates it")
         has_vector = conn.execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'vector'").fetchone()

@@ -27,11 +27,12 @@ Adding a command (``pgmem demo``, ``pgmem import``...)::
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -774,10 +775,11 @@ def import_(ctx: typer.Context,
     from . import importer
 
     o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
+    fmt = importer.check_format(fmt)
     if fmt == "export" or (fmt is None and is_export_file(file)):
         import_export(o, file)
         return
-    total = importer.count_records(file, fmt)
+    total = importer.count_records(file, fmt)  # checks the whole file: refused here, before any write
     with memory(o, user_required=False) as m:
         m.space()  # create the space for the embedder when missing, before the first batch
         with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -853,11 +855,26 @@ def maintainer(o: Options) -> Iterator[Any]:
         m.close()
 
 
-def _write_private(path: Path, lines: Iterable[str]) -> None:
+def check_output_file(path: Path, force: bool) -> None:
+    """Refuse, before any work, to write ``path`` when it exists (unless ``force``), is a directory, or its
+    directory is missing. ValidationError naming ``path`` as the user gave it."""
+    target = path.expanduser()
+    if target.is_dir():
+        raise ValidationError(f"{path} is a directory", field="file", hint="give the path of a file")
+    if not force and os.path.lexists(target):
+        raise ValidationError(f"{path} exists already", field="file",
+                              hint="pass --force to overwrite it, or choose another file")
+    if not target.parent.is_dir():
+        raise ValidationError(f"cannot write {path}: directory {target.parent} does not exist", field="file")
+
+
+def _write_private(path: Path, lines: Iterable[str], *, force: bool = False) -> None:
     """Write text lines to ``path`` readable by its owner only (0600), atomically and durably: a temporary
-    file, fsync, rename, fsync of the directory."""
-    path = path.expanduser()
-    tmp = path.with_name(f".{path.name}.tmp")
+    file, fsync, rename, fsync of the directory. An existing ``path`` is replaced only with ``force``.
+    Raises ValidationError (see :func:`check_output_file`) or PgmemError naming ``path`` as given."""
+    check_output_file(path, force)
+    target = path.expanduser()
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -865,14 +882,22 @@ def _write_private(path: Path, lines: Iterable[str]) -> None:
                 fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
+        if not force and os.path.lexists(target):  # created while we wrote
+            raise FileExistsError(errno.EEXIST, "exists already")
+        os.replace(tmp, target)
+        dfd = os.open(target.parent, os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
     except OSError as exc:
-        raise PgmemError(f"cannot write {path}: {exc}") from None
+        with suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, FileExistsError):
+            raise ValidationError(f"{path} exists already", field="file",
+                                  hint="pass --force to overwrite it, or choose another file") from None
+        # exc names the temporary file; the user only knows the path they gave
+        raise PgmemError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _jsonl(rows: Iterable[dict]) -> Iterator[str]:
@@ -1006,8 +1031,10 @@ def erase(ctx: typer.Context,
                                     "the per-user state directory.", show_default=False, file_okay=False)] = None,
           no_journal: Annotated[bool, typer.Option("--no-journal", help="Leave local writer journals alone.")] = False,
           export_file: Annotated[Optional[Path], typer.Option(
-              "--export", help="First write everything of the user to this JSONL file (pgmem export format).",
-              show_default=False, dir_okay=False)] = None,
+              "--export", help="First write everything of the user to this JSONL file (pgmem export format); "
+                               "an existing file is refused unless --force.", show_default=False, dir_okay=False)
+          ] = None,
+          force: Annotated[bool, typer.Option("--force", help="Overwrite the --export file if it exists.")] = False,
           dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
     """Right to erasure: delete every row of USER from every pgmem table (memories, vectors, turns, sources,
     history, role bindings) in one transaction, remove the user's lines from the local writer journals, then
@@ -1017,6 +1044,11 @@ def erase(ctx: typer.Context,
 
     o = options(ctx, dsn=dsn, role=role, as_json=as_json)
     user_id = validation.check_id(user_id, "user", optional=False)
+    if export_file is not None:
+        try:
+            check_output_file(export_file, force)  # before asking, before erasing
+        except PgmemError as exc:
+            raise type(exc)(f"nothing erased: {exc.message}", hint=exc.hint) from None
     if not yes:
         import click
 
@@ -1031,7 +1063,10 @@ def erase(ctx: typer.Context,
     with maintainer(o) as m:
         if export_file is not None:
             rows = m.with_identity(user_id=user_id).export()
-            _write_private(export_file, _jsonl(rows))
+            try:
+                _write_private(export_file, _jsonl(rows), force=force)
+            except PgmemError as exc:
+                raise type(exc)(f"nothing erased: {exc.message}", hint=exc.hint) from None
             exported = {"path": str(export_file), "rows": len(rows), **_kind_counts(rows)}
         tables = m.erase_user(user_id)
         vac_dsn, vac_role = m.dsn, m.role
@@ -1067,7 +1102,9 @@ def erase(ctx: typer.Context,
 
 @app.command()
 def export(ctx: typer.Context,
-           out: Annotated[str, typer.Option("--out", "-o", help="File to write, or - for stdout.")] = "-",
+           out: Annotated[str, typer.Option("--out", "-o", help="File to write (mode 0600; an existing file is "
+                                                          "refused unless --force), or - for stdout.")] = "-",
+           force: Annotated[bool, typer.Option("--force", help="Overwrite the --out file if it exists.")] = False,
            no_embeddings: Annotated[bool, typer.Option(
                "--no-embeddings", help="Leave out embeddings and extra vectors (smaller; cannot be imported).")
            ] = False,
@@ -1076,6 +1113,8 @@ def export(ctx: typer.Context,
     history): every memory (superseded and expired included) with its embedding, the conversation turns and
     the full history. `pgmem import FILE` reads it back."""
     o = options(ctx, dsn=dsn, user=user, role=role)
+    if out != "-":
+        check_output_file(Path(out), force)  # before reading the database
     with memory(o) as m:
         rows = m.export(embeddings=not no_embeddings)
     counts = _kind_counts(rows)
@@ -1088,25 +1127,30 @@ def export(ctx: typer.Context,
         sys.stdout.flush()
         typer.echo(summary, err=True)
     else:
-        _write_private(Path(out), _jsonl(rows))
+        _write_private(Path(out), _jsonl(rows), force=force)
         typer.echo(f"{summary} to {out}")
 
 
 def _export_rows(file: Path) -> list[dict]:
     """The rows of a `pgmem export` file (JSONL, each with "kind"); ValidationError naming a bad line."""
     rows = []
-    with open(file, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValidationError(f"{file} line {n} is not JSON: {exc.msg} at column {exc.colno}") from None
-            if not isinstance(row, dict) or row.get("kind") not in ("memory", "turn", "history"):
-                raise ValidationError(f"{file} line {n} is not a row of a pgmem export (no kind memory, turn or "
-                                      "history)")
-            rows.append(row)
+    try:
+        with open(file, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValidationError(f"{file} line {n} is not JSON: {exc.msg} at column {exc.colno}") from None
+                if not isinstance(row, dict) or row.get("kind") not in ("memory", "turn", "history"):
+                    raise ValidationError(f"{file} line {n} is not a row of a pgmem export (no kind memory, turn "
+                                          "or history)")
+                rows.append(row)
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{file} is not UTF-8 text ({exc.reason})", field="file") from None
+    if not rows:
+        raise ValidationError(f"{file} holds no rows of a pgmem export", field="file")
     return rows
 
 

@@ -14,6 +14,11 @@ Formats
 Every record is validated on its own first; bad records are reported with their line (or dia_id) and the
 reason, never silently dropped, and do not stop the import. Valid records go in batches through
 ``Memory.add_many`` (one ``pgmem.add_batch`` statement per batch and user).
+
+A file of the wrong kind is refused whole, before anything is written, with a ValidationError naming it: an
+unknown format, a file that is not UTF-8, a JSONL file with a line that has ``"kind"`` (a ``pgmem export``,
+which ``pgmem import`` reads without ``--format``, through ``Memory.import_rows``), a "LoCoMo" file that is not
+a JSON list of samples.
 """
 
 from __future__ import annotations
@@ -61,6 +66,53 @@ class ImportSummary:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
+FORMATS = ("jsonl", "locomo", "export")
+
+
+def check_format(fmt: str | None) -> str | None:
+    """``fmt`` unchanged when it is None (detect it from the file) or one of :data:`FORMATS`; else
+    ValidationError ``unknown format 'csv': use 'jsonl', 'locomo' or 'export'``."""
+    if fmt is None or fmt in FORMATS:
+        return fmt
+    raise ValidationError(f"unknown format {fmt!r}: use 'jsonl', 'locomo' or 'export'", field="format")
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> ValidationError:
+    return ValidationError(f"{path} is not UTF-8 text ({exc.reason})", field="file",
+                           hint="import a JSONL, LoCoMo JSON or pgmem export file, encoded as UTF-8")
+
+
+def _has_kind(line: str) -> bool:
+    """Whether a JSONL line is a row of a ``pgmem export``: a JSON object with the key ``"kind"``."""
+    if '"kind"' not in line:  # cheap test first: most lines never parse twice
+        return False
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return False  # reported as "not JSON" by the reader
+    return isinstance(obj, dict) and "kind" in obj
+
+
+def scan_jsonl(path: Path | str) -> int:
+    """The number of non-blank lines of a JSONL file, after checking the whole file: ValidationError when it
+    is not UTF-8 or when a line has ``"kind"`` (a ``pgmem export``, whose lines name their own user, kind and
+    validity: read as plain memories they would land in the wrong user, space and state)."""
+    path = Path(path)
+    count = 0
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                count += 1
+                if _has_kind(line):
+                    raise ValidationError(f'{path} is a pgmem export (line {n} has "kind"); import it without '
+                                          "--format, or with --format export", field="format")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
+    return count
+
+
 def _parse_time(value: Any) -> datetime:
     if not isinstance(value, str):
         raise ValidationError(f"timestamp must be an ISO 8601 string, got {type(value).__name__}", field="timestamp")
@@ -72,6 +124,10 @@ def _parse_time(value: Any) -> datetime:
 
 
 def read_jsonl(path: Path, default_user: str | None = None) -> Iterator[Record | Failure]:
+    """The records of a JSONL file, one per non-blank line (a Failure for a bad line). The whole file is
+    checked by :func:`scan_jsonl` before the first record is yielded, so a ValidationError comes before any
+    write."""
+    scan_jsonl(path)
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             where = f"line {n}"
@@ -129,19 +185,57 @@ def locomo_turn_text(turn: dict) -> str:
     return text
 
 
-def read_locomo(path: Path, agent_id: str | None = "locomo-import") -> Iterator[Record | Failure]:
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
+def load_locomo(path: Path | str, *, detected: bool = False) -> list[dict]:
+    """The samples of a LoCoMo file, each checked to be an object with ``sample_id`` and a ``conversation``
+    object. ValidationError ``FILE is not a LoCoMo JSON file: <reason>`` otherwise (or when the file is not
+    UTF-8); its hint depends on whether the format was ``detected`` from the file or given."""
+    path = Path(path)
+    hint = ("a LoCoMo file is a JSON list of samples, each with sample_id and conversation; a JSONL file has "
+            "one JSON object per line") if detected else "omit --format to detect the format"
+
+    def bad(reason: str) -> ValidationError:
+        return ValidationError(f"{path} is not a LoCoMo JSON file: {reason}", field="format", hint=hint)
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
+    if not text.strip():
+        raise bad("the file is empty")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise bad(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     if not isinstance(data, list):
-        raise ValidationError("a LoCoMo file is a JSON list of samples")
+        raise bad("not a JSON list of samples")
+    for i, sample in enumerate(data, 1):
+        if not (isinstance(sample, dict) and sample.get("sample_id") not in (None, "")
+                and isinstance(sample.get("conversation"), dict)):
+            raise bad(f"sample {i} is not an object with sample_id and conversation")
+    return data
+
+
+def _sessions(conv: dict) -> list[str]:
+    """The ``session_N`` keys of a LoCoMo conversation, in session order."""
+    return sorted((k for k in conv if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1]))
+
+
+def read_locomo(path: Path, agent_id: str | None = "locomo-import", *,
+                detected: bool = False) -> Iterator[Record | Failure]:
+    """One record per turn of a LoCoMo file (a Failure for a turn that cannot be stored, or for a session
+    that is not a list of turns). The whole file is loaded and checked by :func:`load_locomo` first."""
+    data = load_locomo(path, detected=detected)
     for sample in data:
-        user = str(sample.get("sample_id"))
-        conv = sample.get("conversation") or {}
-        sessions = sorted((k for k in conv if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1]))
-        for sess in sessions:
+        user = str(sample["sample_id"])
+        conv = sample["conversation"]
+        for sess in _sessions(conv):
             date_text = conv.get(f"{sess}_date_time") or ""
             when = parse_locomo_date(date_text)
-            for i, turn in enumerate(conv.get(sess) or []):
+            turns = conv.get(sess) or []
+            if not isinstance(turns, list):
+                yield Failure(f"{user} {sess}", "a session must be a JSON list of turns")
+                continue
+            for i, turn in enumerate(turns):
                 if not isinstance(turn, dict):
                     yield Failure(f"{user} {sess}[{i}]", "a turn must be a JSON object")
                     continue
@@ -157,9 +251,13 @@ def read_locomo(path: Path, agent_id: str | None = "locomo-import") -> Iterator[
 
 
 def detect_format(path: Path) -> str:
-    """``"locomo"`` when the file holds a JSON list (of samples), else ``"jsonl"``."""
-    with open(path, encoding="utf-8") as fh:
-        head = fh.read(4096).lstrip()
+    """``"locomo"`` when the file holds a JSON list (of samples), else ``"jsonl"``. ValidationError when the
+    file does not start as UTF-8 text. (A ``pgmem export`` is recognised by ``pgmem import`` itself.)"""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            head = fh.read(4096).lstrip()
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(Path(path), exc) from None
     return "locomo" if head.startswith("[") else "jsonl"
 
 
@@ -213,25 +311,41 @@ def import_records(memory, records: Iterable[Record | Failure], *, batch_size: i
 
 def import_file(memory, path: Path | str, *, fmt: str | None = None, default_user: str | None = None,
                 batch_size: int = 256, progress=None) -> ImportSummary:
-    """Import a JSONL or LoCoMo file (``fmt`` None: detected) through ``memory``; returns the summary."""
+    """Import a JSONL or LoCoMo file (``fmt`` None: detected) through ``memory``; returns the summary.
+
+    Raises ValidationError, before anything is written, for an unknown format, for ``"export"`` (a
+    ``pgmem export`` goes through ``Memory.import_rows``), and for a file of the wrong kind (see the module
+    docstring)."""
     path = Path(path)
-    fmt = fmt or detect_format(path)
+    given = check_format(fmt)
+    if given == "export":
+        raise ValidationError("import_file reads jsonl and locomo files; a pgmem export is imported with "
+                              "Memory.import_rows (or `pgmem import FILE`)", field="format")
+    fmt = given or detect_format(path)
     if fmt == "locomo":
-        records: Iterable = read_locomo(path)
-    elif fmt == "jsonl":
-        records = read_jsonl(path, default_user)
+        records: Iterable = read_locomo(path, detected=given is None)
     else:
-        raise ValidationError(f"unknown format {fmt!r}: use 'jsonl' or 'locomo'", field="format")
+        records = read_jsonl(path, default_user)
     return import_records(memory, records, batch_size=batch_size, progress=progress)
 
 
 def count_records(path: Path | str, fmt: str | None = None) -> int:
-    """How many records (lines or turns) a file holds, for a progress bar's total."""
+    """How many records (lines or turns) a file holds, for a progress bar's total. Checks the whole file
+    as :func:`import_file` does, so the same ValidationError comes before a progress bar is drawn; an
+    ``"export"`` file is only counted (its non-blank lines)."""
     path = Path(path)
-    fmt = fmt or detect_format(path)
+    given = check_format(fmt)
+    fmt = given or detect_format(path)
     if fmt == "locomo":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return sum(len(c.get("conversation", {}).get(k) or []) for c in data for k in c.get("conversation", {})
-                   if re.fullmatch(r"session_\d+", k))
-    with open(path, encoding="utf-8") as fh:
-        return sum(1 for line in fh if line.strip())
+        counts = []
+        for sample in load_locomo(path, detected=given is None):
+            conv = sample["conversation"]
+            counts += [len(t) if isinstance(t, list) else 1 for t in (conv.get(k) or [] for k in _sessions(conv))]
+        return sum(counts)
+    if fmt == "export":
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return sum(1 for line in fh if line.strip())
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(path, exc) from None
+    return scan_jsonl(path)

@@ -110,11 +110,16 @@ def test_backup_restore_drill(dsn, admin, filled, target, tmp_path):
     assert checks["migrations"].ok and checks["probe"].ok
 
 
-def test_restore_refuses_damaged_backup_and_non_empty_target(dsn, filled, target, tmp_path):
+def test_restore_refuses_damaged_backup_and_non_empty_target(dsn, admin, filled, target, tmp_path):
     out = tmp_path / "backup"
     ops.backup(dsn, out)
-    with pytest.raises(PgmemError, match="is not empty"):
+    with pytest.raises(PgmemError, match="is not empty") as info:
         ops.restore(out, dsn)  # the source itself has tables
+    tables = [r[0] for r in admin.execute(
+        "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname IN ('pgmem', 'public') AND c.relkind IN ('r', 'p') ORDER BY 1").fetchall()]
+    assert len(tables) > 5  # so the message must say how many it leaves out
+    assert f"({', '.join(tables[:5])}, and {len(tables) - 5} more)" in info.value.message
     with open(out / "db.dump", "r+b") as f:
         f.seek(100)
         byte = f.read(1)

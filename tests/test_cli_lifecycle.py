@@ -244,3 +244,42 @@ def test_vacuum_is_skipped_with_a_note_when_not_permitted(dsn, admin, login_role
     assert done == [] and len(notes) == 2 and all("skipped" in n for n in notes)
     done, notes = vacuum_tables(dsn, None, ["memories"])
     assert (done, notes) == (["memories"], [])
+
+
+def test_export_and_erase_never_overwrite_a_file_without_force(cli, alice, admin, tmp_path):
+    alice.add("Alice likes figs")
+    alice.append_turn("s1", "user", "I like figs")
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("keep me\n")
+
+    err = failed(cli("export", "--out", str(kept), space=False))
+    assert f"{kept} exists already" in err and "hint:" in err and "--force" in err
+    assert kept.read_text() == "keep me\n"
+    assert "to " + str(kept) in ok(cli("export", "--out", str(kept), "--force", space=False))
+    assert {json.loads(line)["kind"] for line in kept.read_text().splitlines()} == {"memory", "turn", "history"}
+
+    # erase refuses before asking and before erasing anything
+    kept.write_text("keep me\n")
+    before = user_rows(admin, "alice")
+    err = failed(cli("erase", "alice", "--yes", "--export", str(kept), "--no-journal", space=False, user=None,
+                     role=False))
+    assert f"nothing erased: {kept} exists already" in err and "--force" in err
+    assert kept.read_text() == "keep me\n" and user_rows(admin, "alice") == before
+    asked = cli("erase", "alice", "--export", str(kept), "--no-journal", space=False, user=None, role=False,
+                input="y\n")
+    assert asked.exit_code == 1 and "Erase everything" not in asked.stderr and "exists already" in asked.stderr
+
+    # a missing directory: the message names the path given, never the temporary file
+    for argv in (["export", "--out", str(tmp_path / "nodir" / "bob.jsonl")],
+                 ["erase", "alice", "--yes", "--no-journal", "--export", str(tmp_path / "nodir" / "bob.jsonl")]):
+        err = failed(cli(*argv, space=False, user="alice" if argv[0] == "export" else None,
+                         role=argv[0] == "export"))
+        assert str(tmp_path / "nodir" / "bob.jsonl") in err and ".tmp" not in err, err
+        assert "does not exist" in err
+    assert user_rows(admin, "alice") == before and not (tmp_path / "nodir").exists()
+
+    res = doc(cli("erase", "alice", "--yes", "--export", str(kept), "--force", "--no-journal", space=False,
+                  user=None, role=False, as_json=True))
+    assert res["export"]["memory"] == 1 and res["tables"]["memories"] == 1
+    assert "Alice likes figs" in {json.loads(line).get("content") for line in kept.read_text().splitlines()}
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600

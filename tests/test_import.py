@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from pgmem import importer
 from pgmem.cli import app
+from pgmem.errors import ValidationError
 
 UTC = timezone.utc
 runner = CliRunner()
@@ -266,3 +267,106 @@ def test_cli_import_clean_file_then_bad_lines(cli, tmp_path, make_memory):
 
     found = make_memory("alice", embedder=None, space="default").search("oolong tea", k=5, mode="text")
     assert [r.content for r in found][:1] == ["Alice also likes oolong."]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Files of the wrong format: refused whole, before anything is written, with `error:` and no traceback
+# --------------------------------------------------------------------------------------------------------
+def refused(result) -> str:
+    """A clean refusal: exit 1, `error:` first on stderr, no traceback, no progress bar; returns stderr."""
+    assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output and "importing" not in result.output
+    assert result.stderr.startswith("error: "), result.stderr
+    return result.stderr
+
+
+def memory_count(admin) -> int:
+    return admin.execute("SELECT count(*) FROM pgmem.memories").fetchone()[0]
+
+
+def test_jsonl_refuses_a_pgmem_export_before_writing(make_memory, admin, cli, tmp_path):
+    alice = make_memory("alice")
+    old = alice.add("Alice lives in Lisbon")
+    alice.supersede(old.id, "Alice lives in Porto")
+    alice.append_turn("s1", "user", "I moved to Porto")
+    export = tmp_path / "alice-export.jsonl"
+    export.write_text("".join(json.dumps(row, default=str) + "\n" for row in alice.export()), encoding="utf-8")
+    before = (memory_count(admin), admin.execute("SELECT count(*) FROM pgmem.turns").fetchone()[0])
+    expected = (f'{export} is a pgmem export (line 1 has "kind"); import it without --format, '
+                "or with --format export")
+
+    with pytest.raises(ValidationError) as info:
+        importer.import_file(make_memory(None), export, fmt="jsonl", default_user="carol")
+    assert str(info.value) == expected
+    err = refused(cli(str(export), "--format", "jsonl", "--user", "carol"))
+    assert err == f"error: {expected}\n"
+    assert (memory_count(admin), admin.execute("SELECT count(*) FROM pgmem.turns").fetchone()[0]) == before
+
+    # a "kind" line after valid ones: found before the first batch is written, even one record per batch
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [
+        {"user": "dave", "content": "Dave likes figs."}, "", {"user": "dave", "content": "Dave likes dates."},
+        {"kind": "memory", "user_id": "alice", "content": "Alice lives in Porto"}])
+    with pytest.raises(ValidationError, match=r'\(line 4 has "kind"\)'):
+        importer.import_file(make_memory(None), mixed, batch_size=1)
+    assert 'line 4 has "kind"' in refused(cli(str(mixed), "--user", "dave"))
+    assert memory_count(admin) == before[0]
+
+
+def test_unknown_format_is_refused_before_counting(make_memory, cli, tmp_path):
+    path = write_jsonl(tmp_path / "m.csv", [{"user": "alice", "content": "Alice likes tea."}])
+    with pytest.raises(ValidationError, match="unknown format 'csv': use 'jsonl', 'locomo' or 'export'"):
+        importer.import_file(make_memory(None), path, fmt="csv")
+    with pytest.raises(ValidationError, match="unknown format 'csv'"):
+        importer.count_records(path, "csv")
+    err = refused(cli(str(path), "--format", "csv"))
+    assert "unknown format 'csv': use 'jsonl', 'locomo' or 'export'" in err
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe" * 10)
+    assert "unknown format 'csv'" in refused(cli(str(binary), "--format", "csv"))  # the format, not the bytes
+
+
+@pytest.mark.parametrize("text, fmt, reason", [
+    ('{"user": "alice", "content": "a JSONL line"}\n{"user": "alice", "content": "another"}\n', "locomo",
+     "is not a LoCoMo JSON file: not JSON: Extra data at line 2 column 1"),
+    ("", "locomo", "is not a LoCoMo JSON file: the file is empty"),
+    ('{"sample_id": "conv-1"}', "locomo", "is not a LoCoMo JSON file: not a JSON list of samples"),
+    ("[1, 2]", None, "is not a LoCoMo JSON file: sample 1 is not an object with sample_id and conversation"),
+    ('[{"sample_id": "c1", "conversation": {}}, {"conversation": {}}]', None,
+     "is not a LoCoMo JSON file: sample 2 is not an object with sample_id and conversation"),
+    ("[1, 2", None, "is not a LoCoMo JSON file: not JSON: Expecting"),
+])
+def test_locomo_format_errors_are_clean(make_memory, cli, tmp_path, text, fmt, reason):
+    path = tmp_path / "data.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValidationError) as info:
+        importer.import_file(make_memory(None), path, fmt=fmt)
+    assert str(path) + " " + reason in info.value.message
+    with pytest.raises(ValidationError):
+        importer.count_records(path, fmt)
+    err = refused(cli(str(path), *(["--format", fmt] if fmt else [])))
+    assert f"error: {path} {reason}" in err
+    # the hint suits the way the format was chosen
+    if fmt:
+        assert "hint: omit --format to detect the format" in err
+    else:
+        assert "hint:" in err and "--format" not in err
+
+
+def test_undecodable_and_empty_files(make_memory, cli, tmp_path):
+    binary = tmp_path / "memories.jsonl"
+    binary.write_bytes(b'{"user": "alice", "content": "fine"}\n' + b"\xff\xfe\x00 not utf-8\n")
+    gateway = make_memory(None)
+    for fmt in (None, "jsonl", "locomo", "export"):
+        args = ["--format", fmt] if fmt else []
+        assert "is not UTF-8 text" in refused(cli(str(binary), "--user", "alice", *args)), fmt
+    with pytest.raises(ValidationError, match="is not UTF-8 text"):
+        importer.import_file(gateway, binary)
+    assert gateway.with_identity(user_id="alice").list().items == []  # the good first line was not written
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n", encoding="utf-8")
+    result = cli(str(empty), "--json", "--user", "alice")  # nothing to import is not an error
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert json.loads(result.stdout)["rows"] == 0
+    assert "holds no rows" in refused(cli(str(empty), "--format", "export", "--user", "alice"))
