@@ -16,6 +16,8 @@ DROP FUNCTION pgmem.purge(integer), pgmem.schedule_purge(text), pgmem.erase_user
     pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz),
     pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz),
     pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz);
+DROP FUNCTION pgmem._matching_rows(text, pgmem.spaces, text, pgmem.compiled_filter, integer, text, text, timestamptz, timestamptz, jsonb, timestamptz);
+DROP TABLE pgmem.tenant_sizes;
 DROP TYPE pgmem.turn;
 DROP TABLE pgmem.memory_sources, pgmem.turns;
 DROP INDEX pgmem.history_expire_idx;

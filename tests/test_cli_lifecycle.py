@@ -17,6 +17,7 @@ from pgmem.journal import Journal
 from pgmem.testing import HashEmbedder
 
 from conftest import dsn_for
+from test_cli import doc, failed, ok  # the same clean-exit checks as the other CLI tests
 
 runner = CliRunner()
 PAST = datetime.now(timezone.utc) - timedelta(days=30)
@@ -50,24 +51,6 @@ def cli(dsn):
     return run
 
 
-def ok(result) -> str:
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr, result.exception)
-    return result.stdout
-
-
-def doc(result):
-    return json.loads(ok(result))
-
-
-def failed(result, code: int = 1) -> str:
-    """A clean failure: exit code, `error:` first on stderr, no traceback, nothing on stdout; returns stderr."""
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.output
-    if code == 1:
-        assert result.stderr.startswith("error: "), result.stderr
-        assert result.stdout == ""
-    return result.stderr
 
 
 def user_rows(admin, user: str) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""Migration 0004: search routes by a tenant's size kept in pgmem.tenant_sizes for pgmem.route_cache_seconds
+"""Search routes by a tenant's size kept in pgmem.tenant_sizes for pgmem.route_cache_seconds
 instead of counting on every call. A stale size may cost speed, never rows: both routes return min(k, n)."""
 
 from __future__ import annotations
