@@ -136,7 +136,7 @@ def named(statement: str, /, **given: Any) -> tuple[str, dict[str, Any]]:
     from .queries import query
 
     text = query(statement)
-    wanted = set(re.findall(r"%\((\w+)\)s", text))
+    wanted = set(re.findall(r"%\((\w+)\)[sb]", text))
     unknown = set(given) - wanted
     if unknown:
         raise KeyError(f"statement {statement!r} has no parameter {sorted(unknown)}")

@@ -1,5 +1,7 @@
 -- Every statement the Python wrapper runs. One block per query: a "-- name --" line, then one statement
 -- calling one pgmem function with named arguments and explicit casts. Python never assembles SQL text.
+-- Vectors go in binary (%(...)b): psycopg would format every float of a vector list as text in Python
+-- (0.8 ms a 384-dim vector; bench/FINDINGS.md, I1).
 
 -- act_as --
 SELECT pgmem.act_as(p_user_id => %(user_id)s::text)
@@ -16,17 +18,17 @@ SELECT * FROM pgmem.create_space(p_name => %(name)s::text, p_model => %(model)s:
 SELECT * FROM pgmem.space(p_name => %(name)s::text)
 
 -- add --
-SELECT * FROM pgmem.add(p_space => %(space)s::text, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
+SELECT * FROM pgmem.add(p_space => %(space)s::text, p_content => %(content)s::text, p_embedding => %(embedding)b::vector,
     p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_metadata => %(metadata)s::jsonb,
     p_expires_at => %(expires_at)s::timestamptz, p_model => %(model)s::text,
-    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)b::vector[])
 
 -- add_batch --
 SELECT * FROM pgmem.add_batch(p_space => %(space)s::text, p_contents => %(contents)s::text[],
-    p_embeddings => %(embeddings)s::vector[], p_agent_ids => %(agent_ids)s::text[], p_session_ids => %(session_ids)s::text[],
+    p_embeddings => %(embeddings)b::vector[], p_agent_ids => %(agent_ids)s::text[], p_session_ids => %(session_ids)s::text[],
     p_metadata => %(metadata)s::jsonb[], p_expires_at => %(expires_at)s::timestamptz[], p_model => %(model)s::text,
     p_created_at => %(created_at)s::timestamptz[], p_vector_items => %(vector_items)s::integer[],
-    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[], p_ids => %(ids)s::uuid[])
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)b::vector[], p_ids => %(ids)s::uuid[])
 
 -- get --
 SELECT * FROM pgmem.get(p_id => %(id)s::uuid)
@@ -38,23 +40,23 @@ SELECT * FROM pgmem.list(p_space => %(space)s::text, p_agent_id => %(agent_id)s:
     p_created_before => %(created_before)s::timestamptz, p_contains => %(contains)s::text, p_as_of => %(as_of)s::timestamptz)
 
 -- search --
-SELECT * FROM pgmem.search(p_space => %(space)s::text, p_embedding => %(embedding)s::vector, p_k => %(k)s::integer,
+SELECT * FROM pgmem.search(p_space => %(space)s::text, p_embedding => %(embedding)b::vector, p_k => %(k)s::integer,
     p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_filter => %(filter)s::jsonb,
     p_min_similarity => %(min_similarity)s::double precision, p_model => %(model)s::text,
     p_created_after => %(created_after)s::timestamptz, p_created_before => %(created_before)s::timestamptz,
     p_as_of => %(as_of)s::timestamptz)
 
 -- update --
-SELECT * FROM pgmem.update(p_id => %(id)s::uuid, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
+SELECT * FROM pgmem.update(p_id => %(id)s::uuid, p_content => %(content)s::text, p_embedding => %(embedding)b::vector,
     p_metadata => %(metadata)s::jsonb, p_replace_metadata => %(replace_metadata)s::boolean,
     p_expected_version => %(expected_version)s::integer, p_agent_id => %(agent_id)s::text, p_model => %(model)s::text,
-    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)b::vector[])
 
 -- edit --
 SELECT * FROM pgmem.edit(p_id => %(id)s::uuid, p_needle => %(needle)s::text, p_replacement => %(replacement)s::text,
-    p_embedding => %(embedding)s::vector, p_expected_version => %(expected_version)s::integer,
+    p_embedding => %(embedding)b::vector, p_expected_version => %(expected_version)s::integer,
     p_agent_id => %(agent_id)s::text, p_model => %(model)s::text,
-    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)b::vector[])
 
 -- delete --
 SELECT pgmem.delete(p_id => %(id)s::uuid, p_agent_id => %(agent_id)s::text) AS deleted
@@ -73,16 +75,16 @@ SELECT * FROM pgmem.stats(p_space => %(space)s::text)
 SELECT * FROM pgmem.session_tail(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_n => %(n)s::integer)
 
 -- search_hybrid --
-SELECT * FROM pgmem.search_hybrid(p_space => %(space)s::text, p_query => %(query)s::text, p_embedding => %(embedding)s::vector,
+SELECT * FROM pgmem.search_hybrid(p_space => %(space)s::text, p_query => %(query)s::text, p_embedding => %(embedding)b::vector,
     p_k => %(k)s::integer, p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_filter => %(filter)s::jsonb,
     p_created_after => %(created_after)s::timestamptz, p_created_before => %(created_before)s::timestamptz,
     p_model => %(model)s::text, p_as_of => %(as_of)s::timestamptz)
 
 -- supersede --
-SELECT * FROM pgmem.supersede(p_id => %(id)s::uuid, p_content => %(content)s::text, p_embedding => %(embedding)s::vector,
+SELECT * FROM pgmem.supersede(p_id => %(id)s::uuid, p_content => %(content)s::text, p_embedding => %(embedding)b::vector,
     p_metadata => %(metadata)s::jsonb, p_valid_from => %(valid_from)s::timestamptz, p_agent_id => %(agent_id)s::text,
     p_expected_version => %(expected_version)s::integer, p_model => %(model)s::text,
-    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)b::vector[])
 
 -- invalidate --
 SELECT * FROM pgmem.invalidate(p_id => %(id)s::uuid, p_valid_to => %(valid_to)s::timestamptz, p_agent_id => %(agent_id)s::text)
@@ -96,7 +98,7 @@ SELECT * FROM pgmem.set_retention(p_space => %(space)s::text, p_memory_ttl => %(
 
 -- append_turn --
 SELECT * FROM pgmem.append_turn(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_role => %(role)s::text,
-    p_content => %(content)s::text, p_agent_id => %(agent_id)s::text, p_embedding => %(embedding)s::vector,
+    p_content => %(content)s::text, p_agent_id => %(agent_id)s::text, p_embedding => %(embedding)b::vector,
     p_metadata => %(metadata)s::jsonb, p_expires_at => %(expires_at)s::timestamptz, p_model => %(model)s::text,
     p_created_at => %(created_at)s::timestamptz)
 
@@ -108,16 +110,16 @@ SELECT * FROM pgmem.pending_turns(p_space => %(space)s::text, p_session_id => %(
 
 -- consolidate --
 SELECT * FROM pgmem.consolidate(p_space => %(space)s::text, p_session_id => %(session_id)s::text,
-    p_turn_ids => %(turn_ids)s::bigint[], p_contents => %(contents)s::text[], p_embeddings => %(embeddings)s::vector[],
+    p_turn_ids => %(turn_ids)s::bigint[], p_contents => %(contents)s::text[], p_embeddings => %(embeddings)b::vector[],
     p_metadata => %(metadata)s::jsonb[], p_agent_id => %(agent_id)s::text, p_model => %(model)s::text,
-    p_vector_items => %(vector_items)s::integer[], p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)s::vector[])
+    p_vector_items => %(vector_items)s::integer[], p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)b::vector[])
 
 -- sources --
 SELECT * FROM pgmem.sources(p_id => %(id)s::uuid)
 
 -- context --
 SELECT * FROM pgmem.context(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_query => %(query)s::text,
-    p_embedding => %(embedding)s::vector, p_budget_tokens => %(budget_tokens)s::integer, p_max_turns => %(max_turns)s::integer,
+    p_embedding => %(embedding)b::vector, p_budget_tokens => %(budget_tokens)s::integer, p_max_turns => %(max_turns)s::integer,
     p_turn_share => %(turn_share)s::double precision, p_k => %(k)s::integer, p_agent_id => %(agent_id)s::text,
     p_filter => %(filter)s::jsonb, p_model => %(model)s::text)
 

@@ -17,8 +17,8 @@ from pgmem.queries import all_queries
 
 PACKAGE = Path(pgmem.__file__).resolve().parent
 CALL = re.compile(r"\bpgmem\.([a-z_][a-z0-9_]*)\s*\(")
-ARG = re.compile(r"\b(\w+)\s*=>\s*%\((\w+)\)s::([a-z_][a-z0-9_]*(?: [a-z_][a-z0-9_]*)*(?:\[\])?)")
-PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+ARG = re.compile(r"\b(\w+)\s*=>\s*%\((\w+)\)[sb]::([a-z_][a-z0-9_]*(?: [a-z_][a-z0-9_]*)*(?:\[\])?)")
+PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]")
 
 
 def parse(name: str, block: str) -> tuple[str, list[tuple[str, str, str]]]:
