@@ -217,7 +217,11 @@ def _populate(m, who: str) -> None:
     m.append_turn("s", "user", f"{who}: hello")
     m.append_turn("s", "assistant", "hi there", embed=True)
     m.consolidate("s", lambda turns: [f"{who} greeted the assistant"])
-    assert m.search(f"{who} likes", k=3)  # leaves the tenant's size in pgmem.tenant_sizes (routing cache)
+    # A search routed as for a large tenant (threshold 1) leaves its size in pgmem.tenant_sizes.
+    with psycopg.connect(m.dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute("SELECT pgmem.act_as(%s), set_config('pgmem.exact_search_max_rows', '1', true)", [who])
+        assert conn.execute("SELECT count(*) FROM pgmem.search('t64', %s::vector, 3)",
+                            [str(HashEmbedder(64).embed([who])[0].tolist())]).fetchone()[0] == 3
 
 
 def test_erase_user_leaves_nothing_of_theirs_and_touches_nobody_else(alice, bob, root, admin, login_role):

@@ -3,8 +3,6 @@ instead of counting on every call. A stale size may cost speed, never rows: both
 
 from __future__ import annotations
 
-import numpy as np
-import psycopg
 from pgvector.psycopg import register_vector
 
 from conftest import connect
@@ -40,14 +38,15 @@ def cached(admin, user: str):
     return admin.execute("SELECT rows, complete FROM pgmem.tenant_sizes WHERE user_id = %s", [user]).fetchone()
 
 
-def test_a_search_stores_the_tenant_size_and_later_searches_use_it(alice, bob, admin, login_role):
+def test_a_search_stores_a_large_tenant_size_and_later_searches_use_it(alice, bob, admin, login_role):
     alice.add_many([f"memory {i} of alice" for i in range(30)])
     bob.add_many([f"memory {i} of bob" for i in range(5)])
     with connect(admin, login_role("pgmem_gateway")) as gw:
         assert len(search(gw, 10, threshold=20)) == 10
         assert cached(admin, "alice") == (21, False)  # capped at threshold + 1: "large"
+        # A small tenant is counted on each search, so that its searches stay reads (no commit flush).
         assert len(search(gw, 10, threshold=20, user="bob")) == 5
-        assert cached(admin, "bob") == (5, True)
+        assert cached(admin, "bob") is None
         # Filters never store a size (they count their own subset).
         admin.execute("DELETE FROM pgmem.tenant_sizes")
         search(gw, 10, threshold=20, agent_id="nobody")
@@ -55,42 +54,41 @@ def test_a_search_stores_the_tenant_size_and_later_searches_use_it(alice, bob, a
         # A read-only transaction (a standby) searches without storing.
         assert len(search(gw, 10, threshold=20, read_only=True)) == 10
         assert cached(admin, "alice") is None
+        assert len(search(gw, 10, threshold=20)) == 10 and cached(admin, "alice") == (21, False)
 
 
 def test_a_stale_size_costs_speed_never_rows(alice, admin, login_role):
-    first = alice.add_many([f"memory {i} of alice" for i in range(8)])
+    alice.add_many([f"memory {i} of alice" for i in range(60)])
     with connect(admin, login_role("pgmem_gateway")) as gw:
-        assert len(search(gw, 50, threshold=20)) == 8
-        assert cached(admin, "alice") == (8, True)
-        # The tenant grows past the threshold within the cache window: still routed exact, all rows right.
-        alice.add_many([f"memory {i} of alice" for i in range(8, 60)])
         assert search(gw, 50, threshold=20) == exact(admin, "alice", 50)
-        assert cached(admin, "alice") == (8, True)  # fresh: not recounted
-        # With the window at 0 it is recounted: now "large", HNSW route; still min(k, n) rows.
-        got = search(gw, 50, threshold=20, cache_seconds=0)
-        assert cached(admin, "alice") == (21, False) and len(got) == 50
-        # The tenant shrinks below k while the cache says "large": the HNSW route falls back to exact.
+        assert cached(admin, "alice") == (21, False)
+        # The tenant shrinks below k while the cache still says "large": the HNSW route finds fewer than k
+        # and falls back to the exact scan; every row comes back.
         alice.delete_all(confirm=True)
         keep = alice.add_many(["memory 7 of alice", "memory 8 of alice", "memory 9 of alice"])
         assert sorted(search(gw, 10, threshold=20)) == sorted(r.id for r in keep)
+        assert cached(admin, "alice") == (21, False)  # fresh: not recounted
+        # Recounted (window 0): small now, so the stored size is removed.
+        assert sorted(search(gw, 10, threshold=20, cache_seconds=0)) == sorted(r.id for r in keep)
+        assert cached(admin, "alice") is None
+        # The tenant grows past the threshold again: counted, stored, all rows right.
+        alice.add_many([f"memory {i} of alice" for i in range(10, 60)])
+        assert search(gw, 50, threshold=20) == exact(admin, "alice", 50)
         assert cached(admin, "alice") == (21, False)
-    assert first  # the first batch existed
 
 
-def test_cache_rows_are_private_and_erased(alice, bob, admin):
+def test_cache_rows_are_private_and_erased(alice, bob, admin, login_role):
     alice.add_many(["a1", "a2"])
-    bob.add_many(["b1"])
-    alice.search("a1")
-    bob.search("b1")
-    with psycopg.connect(admin.info.dsn, autocommit=True) as conn:
-        with conn.transaction():
-            conn.execute("SET LOCAL ROLE pgmem_gateway")
-            conn.execute("SELECT pgmem.act_as('bob')")
-            assert conn.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall() == [("bob",)]
-    assert np.array_equal(sorted(r[0] for r in admin.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall()),
-                          ["alice", "bob"])
+    bob.add_many(["b1", "b2"])
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        search(gw, 2, threshold=1)
+        search(gw, 2, threshold=1, user="bob")
+        with gw.transaction():
+            gw.execute("SELECT pgmem.act_as('bob')")
+            assert gw.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall() == [("bob",)]
+    assert sorted(r[0] for r in admin.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall()) == ["alice", "bob"]
     admin.execute("SELECT * FROM pgmem.erase_user('alice')")
-    assert cached(admin, "alice") is None and cached(admin, "bob") == (1, True)
+    assert cached(admin, "alice") is None and cached(admin, "bob") == (2, False)
 
 
 def test_an_embedding_read_back_from_postgresql_can_be_searched_with(alice, admin):
