@@ -1,0 +1,138 @@
+"""Migration 0004: the HNSW statement of vector search lives in a generated function (pgmem._knn) whose plan
+is cached per connection; a search the generated code does not cover (metadata filter, as-of, a space or
+TTL it was not generated for) runs the same statement as dynamic SQL. Every route returns the same rows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+from pgvector.psycopg import register_vector
+
+from conftest import connect
+from pgmem.client import idle_socket_quiet
+from pgmem.testing import HashEmbedder
+from test_routing_cache import exact, search
+
+EMB = HashEmbedder(64)
+
+
+def knn_source(admin) -> str:
+    return admin.execute("SELECT prosrc FROM pg_proc WHERE oid = 'pgmem._knn'::regproc").fetchone()[0]
+
+
+def space_id(admin, name: str) -> int:
+    return admin.execute("SELECT space_id FROM pgmem.spaces WHERE name = %s", [name]).fetchone()[0]
+
+
+def test_knn_has_a_branch_per_indexed_space_and_follows_retention(alice, admin):
+    alice.space()
+    sid = space_id(admin, "t64")
+    assert f"p_space_id = {sid} AND p_ttl IS NOT DISTINCT FROM NULL::interval" in knn_source(admin)
+    alice.set_retention(timedelta(days=3))
+    src = knn_source(admin)
+    assert f"p_space_id = {sid} AND p_ttl IS NOT DISTINCT FROM '3 days'::interval" in src
+    assert "IS NOT DISTINCT FROM NULL::interval" not in src
+    other = alice.create_space("t32", "hash-32", 32)
+    assert f"p_space_id = {other.space_id} AND" in knn_source(admin)
+    assert "vector(32)" in knn_source(admin) and "vector(64)" in knn_source(admin)
+    # A space too wide for an HNSW index gets no branch (it is always scanned exactly).
+    wide = alice.create_space("t5000", "hash-5000", 5000)
+    assert f"p_space_id = {wide.space_id} AND" not in knn_source(admin)
+
+
+def test_static_dynamic_and_exact_routes_return_the_same_rows(alice, admin, login_role):
+    alice.add_many([f"memory {i} of alice" for i in range(80)])
+    want = exact(admin, "alice", 30)
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        static = search(gw, 30, threshold=20)                                  # HNSW, generated statement
+        dynamic = search(gw, 30, threshold=20, as_of=datetime.now(timezone.utc))  # HNSW, dynamic statement
+        by_scan = search(gw, 30, threshold=1000)                              # exact scan
+    assert static == dynamic  # one statement, generated or dynamic: the same rows in the same order
+    assert by_scan == want
+    # HNSW is approximate (ef_search max(40, 2k)); on 80 rows it misses at most a few of the 30.
+    assert len(set(static) & set(want)) >= 27 and len(static) == 30
+
+
+def test_min_similarity_applies_on_the_hnsw_route(alice, admin, login_role):
+    alice.add_many([f"memory {i} of alice" for i in range(60)])
+    register_vector(admin)
+    q = EMB.embed(["query about memory 7"])[0]
+    sims = [r[0] for r in admin.execute(
+        "SELECT 1 - (embedding <=> %s) FROM pgmem.memories WHERE user_id = 'alice' ORDER BY embedding <=> %s, id LIMIT 40",
+        [q, q]).fetchall()]
+    cut = (sims[9] + sims[10]) / 2  # between the 10th and 11th nearest
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        got = search(gw, 40, threshold=20, min_similarity=cut)
+    assert got == exact(admin, "alice", 10)
+
+
+def test_a_stale_generated_statement_never_shows_expired_rows(alice, admin, login_role):
+    """A DBA changes a space's TTL by hand (not through set_retention): pgmem._knn still carries the old TTL,
+    so its branch no longer applies and the dynamic statement, which reads the TTL, is used instead."""
+    old = datetime.now(timezone.utc) - timedelta(hours=2)
+    alice.add_many([{"content": f"old memory {i}", "created_at": old} for i in range(30)])
+    fresh = alice.add_many([f"memory {i} of alice" for i in range(30)])
+    before = knn_source(admin)
+    admin.execute("UPDATE pgmem.spaces SET memory_ttl = '1 hour' WHERE name = 't64'")
+    assert knn_source(admin) == before  # not regenerated: stale
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        got = search(gw, 30, threshold=20)
+    assert sorted(got) == sorted(r.id for r in fresh)
+
+
+def test_idle_socket_quiet_tells_a_terminated_backend_from_a_live_one(dsn, admin):
+    with psycopg.connect(dsn) as live, psycopg.connect(dsn) as doomed:
+        live.execute("SELECT 1"); live.commit()
+        doomed.execute("SELECT 1"); doomed.commit()
+        assert idle_socket_quiet(live) and idle_socket_quiet(doomed)
+        pid = doomed.info.backend_pid
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        for _ in range(100):
+            if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+                break
+            admin.execute("SELECT pg_sleep(0.05)")
+        assert not idle_socket_quiet(doomed)
+        assert idle_socket_quiet(live)
+        live.execute("SELECT 1")  # in a transaction now: not handed out as idle
+        assert not idle_socket_quiet(live)
+
+
+def test_one_statement_calls_wrap_only_plpgsql_functions(admin):
+    """pgmem.as_user sets the identity while the call's arguments are evaluated; a scalar SQL function could be
+    inlined and read the identity earlier, so the wrapper uses as_user only on PL/pgSQL functions."""
+    import re
+
+    from pgmem.queries import NOT_AS_USER, all_queries, query_as_user
+
+    wrapped = 0
+    for name, sql in all_queries().items():
+        fn = re.search(r"pgmem\.(\w+)\(", sql).group(1)
+        langs = {r[0] for r in admin.execute(
+            "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang JOIN pg_namespace n"
+            " ON n.oid = p.pronamespace WHERE n.nspname = 'pgmem' AND p.proname = %s", [fn])}
+        assert langs, f"{name}: pgmem.{fn} does not exist"
+        one = query_as_user(name)
+        if one is None:
+            continue
+        wrapped += 1
+        assert langs == {"plpgsql"}, f"{name}: pgmem.{fn} is {langs}; add it to NOT_AS_USER"
+        assert one.count("pgmem.as_user(") == 1 and name not in NOT_AS_USER
+    assert wrapped >= 20  # search, get, list, add, add_batch, ... (26 when written)
+
+
+def test_as_user_keeps_act_as_checks(alice, admin, login_role):
+    """A login that is not a gateway cannot name a user through as_user either (PGM01), and the identity set
+    by a one-statement call does not outlive it."""
+    alice.space()
+    with connect(admin, login_role("pgmem_agent")) as agent:
+        agent.autocommit = True
+        try:
+            agent.execute("SELECT * FROM pgmem.stats(p_space => pgmem.as_user('alice', 't64'::text))")
+            raise AssertionError("an agent login named a user")
+        except psycopg.Error as exc:
+            assert exc.sqlstate == "PGM01"
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        gw.autocommit = True
+        gw.execute("SELECT * FROM pgmem.stats(p_space => pgmem.as_user('alice', 't64'::text))")
+        assert gw.execute("SELECT pgmem.current_user_id()").fetchone()[0] is None
