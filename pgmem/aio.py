@@ -44,11 +44,12 @@ from .client import (
     _registered,
     _row,
     _vector_missing,
+    idle_socket_quiet,
     resolve_dsn,
 )
 from .embedders import Embedder
 from .errors import DatabaseUnavailable, NotFound, PgmemError, VersionConflict, from_psycopg
-from .queries import query
+from .queries import query, query_as_user
 
 
 async def _register_vector_async(conn: psycopg.AsyncConnection) -> None:
@@ -156,6 +157,8 @@ class AsyncMemory(MemoryBase):
         """As :meth:`pgmem.Memory._check`: on a broken connection, check every idle one at once."""
         from psycopg_pool import AsyncConnectionPool
 
+        if idle_socket_quiet(conn):  # no round trip when nothing waits on its socket
+            return
         try:
             await AsyncConnectionPool.check_connection(conn)
         except Exception:
@@ -182,13 +185,32 @@ class AsyncMemory(MemoryBase):
                 yield c
 
     async def _rows(self, name: str, params: dict[str, Any], conn: psycopg.AsyncConnection | None = None) -> list[dict]:
-        try:
-            async with self._connection(conn) as c, c.pipeline(), c.transaction():  # one round trip
+        # As Memory._rows: a pooled connection runs the call as one statement (pgmem.as_user, migration 0004).
+        if conn is None:
+            sql = query(name) if self.user_id is None else query_as_user(name)
+            if sql is not None:
                 if self.user_id is not None:
-                    await c.execute(query("act_as"), {"user_id": self.user_id})
-                async with c.cursor(row_factory=dict_row) as cur:
+                    params = {**params, "pgmem_user_id": self.user_id}
+                try:
+                    async with self._connection(None) as c:
+                        await c.set_autocommit(True)
+                        try:
+                            async with c.cursor(row_factory=dict_row) as cur:
+                                await cur.execute(sql, params)
+                                return await cur.fetchall()
+                        finally:
+                            if not c.closed:
+                                await c.set_autocommit(False)
+                except psycopg.Error as exc:
+                    raise from_psycopg(exc) from exc
+        try:
+            async with self._connection(conn) as c, c.pipeline():
+                async with c.transaction():  # rows read after the COMMIT's sync: one round trip
+                    if self.user_id is not None:
+                        await c.execute(query("act_as"), {"user_id": self.user_id})
+                    cur = c.cursor(row_factory=dict_row)
                     await cur.execute(query(name), params)
-                    return await cur.fetchall()
+                return await cur.fetchall()
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
 

@@ -39,7 +39,7 @@ from .errors import (
     VersionConflict,
     from_psycopg,
 )
-from .queries import query
+from .queries import query, query_as_user
 
 DEFAULT_SPACE = "default"
 GATEWAY_ROLE = "pgmem_gateway"
@@ -206,13 +206,36 @@ class Page:
     next_cursor: str | None
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _row(cls, row: Mapping[str, Any]):
-    return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
+    names = _FIELD_NAMES.get(cls)
+    if names is None:  # dataclasses.fields() per row cost 8 us of a 10-row search's 0.1 ms (bench/FINDINGS.md S4)
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return cls(**{n: row[n] for n in names if n in row})
 
 
 # --------------------------------------------------------------------------------------------------------
 # Connections
 # --------------------------------------------------------------------------------------------------------
+def idle_socket_quiet(conn: Any) -> bool:
+    """True when an idle pooled connection looks alive without a round trip: open, idle, and nothing waiting
+    on its socket. A backend that was terminated or a server that shut down writes its FATAL message and
+    closes the socket, which makes it readable; so does a notice or notification (then the caller probes
+    with a query, as before). Checking this instead of sending an empty query before every call saves one
+    round trip per call (0.1-0.2 ms locally, a network round trip remotely; docs/durability.md)."""
+    import select
+
+    try:
+        if conn.closed or conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return False
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    return not readable
+
+
 def resolve_dsn(dsn: str | None) -> tuple[str, bool]:
     """The DSN to use and whether it is the embedded server: ``dsn``, else ``$PGMEM_DSN``, else the embedded
     server, started (and migrated) on demand."""
@@ -827,9 +850,13 @@ class Memory(MemoryBase):
     def _check(self, conn: psycopg.Connection) -> None:
         """The pool's check before handing out a connection. On a broken one (server restarted, backend
         terminated) every idle connection is checked at once: psycopg_pool otherwise sleeps 1, 2, 4, ... s
-        per further dead connection and, with 8 of them, gives up after 30 s instead of reconnecting."""
+        per further dead connection and, with 8 of them, gives up after 30 s instead of reconnecting.
+        An idle connection is probed with a query only when its socket has something to read (see
+        :func:`pgmem.client.idle_socket_quiet`)."""
         from psycopg_pool import ConnectionPool
 
+        if idle_socket_quiet(conn):
+            return
         try:
             ConnectionPool.check_connection(conn)
         except Exception:
@@ -880,14 +907,36 @@ class Memory(MemoryBase):
                 yield c
 
     def _rows(self, name: str, params: dict[str, Any], conn: psycopg.Connection | None = None) -> list[dict]:
-        # Pipeline mode: BEGIN, act_as, the statement and COMMIT go to the server in one round trip.
-        try:
-            with self._connection(conn) as c, c.pipeline(), c.transaction():
+        # A pooled connection runs the call as one statement in autocommit mode, the identity set by
+        # pgmem.as_user around its first argument (migration 0004): a statement is its own transaction, as
+        # every pgmem function is. BEGIN, act_as, the call and COMMIT cost 0.7-1.2 ms more (FINDINGS.md S8).
+        if conn is None:
+            sql = query(name) if self.user_id is None else query_as_user(name)
+            if sql is not None:
                 if self.user_id is not None:
-                    c.execute(query("act_as"), {"user_id": self.user_id})
-                with c.cursor(row_factory=dict_row) as cur:
+                    params = {**params, "pgmem_user_id": self.user_id}
+                try:
+                    with self.pool.connection() as c:
+                        c.autocommit = True
+                        try:
+                            with c.cursor(row_factory=dict_row) as cur:
+                                return cur.execute(sql, params).fetchall()
+                        finally:
+                            if not c.closed:
+                                c.autocommit = False
+                except psycopg.Error as exc:
+                    raise from_psycopg(exc) from exc
+        # A caller's connection (conn=): inside the caller's transaction, if any (a savepoint then).
+        # Pipeline mode: BEGIN, act_as, the statement and COMMIT go to the server together, and the rows are
+        # read after the COMMIT's sync: one round trip in all.
+        try:
+            with self._connection(conn) as c, c.pipeline():
+                with c.transaction():
+                    if self.user_id is not None:
+                        c.execute(query("act_as"), {"user_id": self.user_id})
+                    cur = c.cursor(row_factory=dict_row)
                     cur.execute(query(name), params)
-                    return cur.fetchall()
+                return cur.fetchall()
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
 
