@@ -59,6 +59,7 @@ pip_dependencies:
 # register(ctx)), in a fresh interpreter with HERMES_HOME set; prints the provider's name.
 VERIFY = textwrap.dedent("""\
     import importlib.util, sys
+    sys.dont_write_bytecode = True  # the check leaves no __pycache__ in the user's plugin directory
     path = sys.argv[1]
     spec = importlib.util.spec_from_file_location("_pgmem_shim_check", path + "/__init__.py",
                                                   submodule_search_locations=[path])
