@@ -270,7 +270,7 @@ class AsyncMemory(MemoryBase):
         if not norm:
             return []
         space = await self.space(conn=conn)
-        previous = {s: await self._previous_content(s, conn) for s in self._context_sessions(norm)}
+        previous = {(u, s): await self._for_user(u)._previous_content(s, conn) for u, s in self._context_sessions(norm)}
         params = await self._off_loop(self._add_many_params, space, norm, previous)
         return [AddResult(r["id"], r["created"]) for r in await self._rows("add_batch", params, conn)]
 

@@ -305,7 +305,8 @@ def count_occurrences(haystack: str, needle: str) -> int:
     return count
 
 
-ITEM_KEYS = frozenset({"content", "metadata", "agent_id", "session_id", "expires_at", "created_at", "embedding", "id"})
+ITEM_KEYS = frozenset({"content", "metadata", "agent_id", "session_id", "expires_at", "created_at", "embedding", "id",
+                       "user_id"})
 
 
 def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
@@ -334,6 +335,7 @@ def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[
         "created_at": v.check_datetime(item.get("created_at"), "created_at", index=index),
         "embedding": item.get("embedding"),
         "id": client_id,
+        "user_id": v.check_id(item.get("user_id"), "user_id", index=index),
     }
 
 
@@ -353,7 +355,21 @@ class MemoryBase:
     space_name: str
     contextual: bool
     dsn: str | None
-    _space: Space | None
+    _spaces: dict[str, Space]
+
+    @property
+    def _space(self) -> Space | None:
+        """This client's space as last read. The cache is keyed by space name and shared with every client
+        made by :meth:`with_identity` (a space is the same for all users), so a gateway's per-user clients
+        do not each read it again (one statement and round trip per new client, bench/FINDINGS.md I3)."""
+        return self._spaces.get(self.space_name)
+
+    @_space.setter
+    def _space(self, value: Space | None) -> None:
+        if value is None:
+            self._spaces.pop(self.space_name, None)
+        else:
+            self._spaces[self.space_name] = value
 
     def _setup(self, user_id: str | None, agent_id: str | None, space: str, embedder: Embedder | None,
                contextual: bool) -> None:
@@ -362,7 +378,7 @@ class MemoryBase:
         self.space_name = space
         self.contextual = contextual
         self._embedder = embedder
-        self._space = None
+        self._spaces = {}
 
     def _safe_dsn(self) -> str:
         return (self.dsn or "").split("@")[-1]
@@ -469,25 +485,37 @@ class MemoryBase:
             it = check_item(item, i)
             it["agent_id"] = it["agent_id"] or agent_id or self.agent_id
             it["session_id"] = it["session_id"] or session_id
+            it["user_id"] = it["user_id"] or self.user_id
             norm.append(it)
+        users = {it["user_id"] for it in norm}
+        if len(users) > 1 and None in users:
+            i = next(i for i, it in enumerate(norm) if it["user_id"] is None)
+            raise ValidationError("a batch that names users must name one for every item (this client acts for "
+                                  "no user)", field="user_id", index=i)
         return norm
 
-    def _context_sessions(self, norm: list[dict]) -> list[str]:
-        """The sessions whose last stored memory is the context of this batch's first memory in them."""
+    def _context_sessions(self, norm: list[dict]) -> list[tuple[str | None, str]]:
+        """The (user, session) pairs whose last stored memory is the context of this batch's first memory in
+        them."""
         if not self.contextual or all(it["embedding"] is not None for it in norm):
             return []
-        return list(dict.fromkeys(it["session_id"] for it in norm if it["session_id"] is not None))
+        return list(dict.fromkeys((it["user_id"], it["session_id"]) for it in norm if it["session_id"] is not None))
 
-    def _add_many_params(self, space: Space, norm: list[dict], previous: Mapping[str, str | None]) -> dict[str, Any]:
+    def _for_user(self, user_id: str | None):
+        """This client, or one sharing its pool that acts for ``user_id``."""
+        return self if user_id == self.user_id else self.with_identity(user_id=user_id)
+
+    def _add_many_params(self, space: Space, norm: list[dict],
+                         previous: Mapping[tuple[str | None, str], str | None]) -> dict[str, Any]:
         model = None
         missing = [i for i, it in enumerate(norm) if it["embedding"] is None]
         extras: list[tuple[int, str, str]] = []  # (item, kind, text)
         if missing and self.contextual:
-            last: dict[str, str | None] = {}
+            last: dict[tuple[str | None, str], str | None] = {}
             for i, it in enumerate(norm):
-                sess = it["session_id"]
+                sess = (it["user_id"], it["session_id"])
                 before = None
-                if sess is not None:
+                if it["session_id"] is not None:
                     before = last[sess] if sess in last else previous.get(sess)
                     last[sess] = it["content"]
                 if it["embedding"] is None:
@@ -512,7 +540,8 @@ class MemoryBase:
             "expires_at": [it["expires_at"] for it in norm], "model": model,
             "created_at": [it["created_at"] for it in norm], "vector_items": vector_items,
             "vector_kinds": vector_kinds, "vectors": extra_vecs,
-            "ids": [it["id"] for it in norm] if any(it["id"] for it in norm) else None})
+            "ids": [it["id"] for it in norm] if any(it["id"] for it in norm) else None,
+            "user_ids": None if all(it["user_id"] == self.user_id for it in norm) else [it["user_id"] for it in norm]})
 
     def _update_args(self, content: Any, metadata: Any, replace_metadata: bool, embedding: Any) -> dict[str, Any]:
         meta = v.check_metadata(metadata)
@@ -995,15 +1024,17 @@ class Memory(MemoryBase):
         ``items``: strings, or dicts with ``content`` and optional ``metadata``, ``agent_id``, ``session_id``,
         ``expires_at``, ``created_at`` (when the memory was made, for imports; default now), ``embedding``,
         ``id`` (a client-generated UUID, the idempotency key: an item whose id this user already stored is
-        not written again and returns that id with ``created`` False). Every item is validated first; a bad
-        one raises ValidationError naming its index and nothing is written. Returns one AddResult per item,
-        in order.
+        not written again and returns that id with ``created`` False), ``user_id`` (a gateway writing for many
+        users in one statement: each item is stored acting as its user, as ``pgmem.act_as`` allows; default
+        this client's user). Every item is validated first; a bad one raises ValidationError naming its index
+        and nothing is written. Returns one AddResult per item, in order. Raises IdentityError when the login
+        may not act for a named user.
         """
         norm = self._add_many_items(items, agent_id, session_id)
         if not norm:
             return []
         space = self.space(conn=conn)
-        previous = {s: self._previous_content(s, conn) for s in self._context_sessions(norm)}
+        previous = {(u, s): self._for_user(u)._previous_content(s, conn) for u, s in self._context_sessions(norm)}
         rows = self._rows("add_batch", self._add_many_params(space, norm, previous), conn)
         return [AddResult(r["id"], r["created"]) for r in rows]
 

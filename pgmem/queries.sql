@@ -28,7 +28,8 @@ SELECT * FROM pgmem.add_batch(p_space => %(space)s::text, p_contents => %(conten
     p_embeddings => %(embeddings)b::vector[], p_agent_ids => %(agent_ids)s::text[], p_session_ids => %(session_ids)s::text[],
     p_metadata => %(metadata)s::jsonb[], p_expires_at => %(expires_at)s::timestamptz[], p_model => %(model)s::text,
     p_created_at => %(created_at)s::timestamptz[], p_vector_items => %(vector_items)s::integer[],
-    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)b::vector[], p_ids => %(ids)s::uuid[])
+    p_vector_kinds => %(vector_kinds)s::text[], p_vectors => %(vectors)b::vector[], p_ids => %(ids)s::uuid[],
+    p_user_ids => %(user_ids)s::text[])
 
 -- get --
 SELECT * FROM pgmem.get(p_id => %(id)s::uuid)

@@ -6,7 +6,8 @@ returns the write's client id at once. The writer never drops a write it accepte
 - The queue is bounded (``max_queue``). When it is full, ``submit`` waits (``put_timeout=None``) or raises
   :class:`QueueFull` after ``put_timeout`` seconds; the write is then not accepted.
 - A thread takes up to ``batch_size`` writes (waiting at most ``flush_interval`` seconds for a batch to
-  fill) and stores them with :meth:`Memory.add_many`: one ``pgmem.add_batch`` statement per batch and user.
+  fill) and stores them with :meth:`Memory.add_many`: one ``pgmem.add_batch`` statement per batch and space, for
+  all the users its writes name.
 - Every write carries a client-generated id (uuid4), so a retry after an ambiguous failure (the connection
   lost after the commit) never duplicates: ``pgmem.add_batch`` does not store an id twice.
 - A batch that fails because the database (or the embedder) cannot be reached, or for a passing reason
@@ -411,10 +412,11 @@ class BackgroundWriter:
         self._ack([Ack(UUID(w.entry["id"]), "journaled") for w in batch])
 
     def _commit(self, batch: list[_Write]) -> None:
-        """Store a batch, one add_many per user and space; what cannot be stored now goes to the journal."""
+        """Store a batch, one add_many per space (its items name their users); what cannot be stored now goes
+        to the journal."""
         groups: dict[tuple[str | None, str], list[_Write]] = {}
         for w in batch:
-            groups.setdefault((w.entry["user_id"], w.entry["space"]), []).append(w)
+            groups.setdefault(_key(w.entry, self.memory), []).append(w)
         for key, writes in groups.items():
             if self._abandoned:
                 return
@@ -438,7 +440,7 @@ class BackgroundWriter:
 
     def _store(self, key: tuple[str | None, str], entries: list[dict[str, Any]], *, retry: bool,
                replay: bool = False) -> tuple[int, PgmemError | None]:
-        """Commit ``entries`` (one user and space), in order; refused ones are rejected. Returns how many
+        """Commit ``entries`` (one space), in order; refused ones are rejected. Returns how many
         leading entries are done (committed or rejected), and the transient error that stopped the rest."""
         try:
             results = self._add_many(key, entries, retry=retry)
@@ -471,7 +473,7 @@ class BackgroundWriter:
             user, space = key
             client = self.memory.with_identity(user_id=user)
             if space != client.space_name:
-                client.space_name, client._space = space, None
+                client.space_name = space  # the space cache is shared and keyed by name
                 client._space_lock = threading.Lock()
             self._clients[key] = client
         return client
@@ -543,7 +545,9 @@ class BackgroundWriter:
 
 
 def _key(entry: dict[str, Any], memory: Any) -> tuple[str | None, str]:
-    return entry.get("user_id"), entry.get("space") or memory.space_name
+    """Writes go together by space: one add_batch statement stores the writes of many users (each item names
+    its user, migration 0004), instead of one statement per user."""
+    return None, entry.get("space") or memory.space_name
 
 
 def _revive_time(value: Any) -> Any:
@@ -562,7 +566,7 @@ def _item(entry: dict[str, Any]) -> dict[str, Any]:
     return {"id": entry["id"], "content": entry["content"], "metadata": entry.get("metadata") or {},
             "agent_id": entry.get("agent_id"), "session_id": entry.get("session_id"),
             "expires_at": _revive_time(entry.get("expires_at")), "created_at": _revive_time(entry.get("created_at")),
-            "embedding": entry.get("embedding")}
+            "embedding": entry.get("embedding"), "user_id": entry.get("user_id")}
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
--- Undo 0004: search, create_space and set_retention as 0003 left them (text copied from 0002 and 0003).
+-- Undo 0004: search, create_space, set_retention and add_batch as 0003 left them (text copied from 0002 and 0003).
 DO $pgmem$ BEGIN PERFORM '[1]'::vector; END $pgmem$;
 
 CREATE OR REPLACE FUNCTION pgmem.search(
@@ -152,8 +152,118 @@ $$;
 COMMENT ON FUNCTION pgmem.set_retention(text, interval, interval) IS
     'Schema owner and gateways: a space''s default time-to-live of memories (NULL: keep until deleted) and of turns (NULL: unchanged). Applies at once to every memory and turn without its own expires_at, counted from its created_at.';
 
+DROP FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], vector[], uuid[], text[]);
+CREATE OR REPLACE FUNCTION pgmem.add_batch(
+    p_space text, p_contents text[], p_embeddings vector[],
+    p_agent_ids text[] DEFAULT NULL, p_session_ids text[] DEFAULT NULL, p_metadata jsonb[] DEFAULT NULL,
+    p_expires_at timestamptz[] DEFAULT NULL, p_model text DEFAULT NULL, p_created_at timestamptz[] DEFAULT NULL,
+    p_vector_items integer[] DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL,
+    p_ids uuid[] DEFAULT NULL
+) RETURNS TABLE (ordinal integer, id uuid, created boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem._checked_space(p_space, NULL, p_model);
+    v_n integer := coalesce(cardinality(p_contents), 0);
+    v_bad integer;
+    v_created uuid[];
+    v_known uuid[] := '{}';
+    v_ids uuid[];
+    v_flags boolean[];
+BEGIN
+    IF coalesce(cardinality(p_embeddings), 0) <> v_n
+       OR (p_agent_ids IS NOT NULL AND cardinality(p_agent_ids) <> v_n)
+       OR (p_session_ids IS NOT NULL AND cardinality(p_session_ids) <> v_n)
+       OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> v_n)
+       OR (p_expires_at IS NOT NULL AND cardinality(p_expires_at) <> v_n)
+       OR (p_created_at IS NOT NULL AND cardinality(p_created_at) <> v_n)
+       OR (p_ids IS NOT NULL AND cardinality(p_ids) <> v_n) THEN
+        RAISE EXCEPTION 'batch arrays must all have % items', v_n USING ERRCODE = 'PGM08';
+    END IF;
+    IF v_n > 10000 THEN
+        RAISE EXCEPTION 'a batch holds at most 10000 memories, got %', v_n USING ERRCODE = 'PGM08';
+    END IF;
+    SELECT min(i) INTO v_bad FROM generate_subscripts(p_embeddings, 1) AS i
+    WHERE p_embeddings[i] IS NULL OR vector_dims(p_embeddings[i]) <> v_space.dims OR vector_norm(p_embeddings[i]) = 0
+       OR (p_embeddings[i] <=> p_embeddings[i]) = 'NaN'::float8;
+    IF v_bad IS NOT NULL THEN
+        IF p_embeddings[v_bad] IS NULL OR vector_dims(p_embeddings[v_bad]) = v_space.dims THEN
+            RAISE EXCEPTION 'item %: a zero or missing vector has no cosine similarity', v_bad - 1 USING ERRCODE = 'PGM08';
+        END IF;
+        RAISE EXCEPTION 'item %: expected % dimensions, got % (space "%", model "%")',
+            v_bad - 1, v_space.dims, vector_dims(p_embeddings[v_bad]), v_space.name, v_space.model USING ERRCODE = 'PGM02';
+    END IF;
+    SELECT min(i) INTO v_bad FROM generate_subscripts(p_expires_at, 1) AS i WHERE p_expires_at[i] <= now();
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'item %: expires_at % is not in the future: the memory would be invisible at once', v_bad - 1, p_expires_at[v_bad]
+            USING ERRCODE = 'PGM08';
+    END IF;
+    IF coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vector_kinds), 0)
+       OR coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vectors), 0) THEN
+        RAISE EXCEPTION 'extra vectors: items, kinds and vectors must have the same length' USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_vector_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= v_n) THEN
+        RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
+    END IF;
+    -- Client ids (p_ids) this user has ever stored: a live memory, or a deleted one still in history.
+    -- Such an item is not written again, so a retry after an ambiguous failure never duplicates.
+    IF p_ids IS NOT NULL THEN
+        SELECT coalesce(array_agg(DISTINCT x.id), '{}') INTO v_known FROM (
+            SELECT k.id FROM pgmem.memories k WHERE k.user_id = v_user AND k.id = ANY (p_ids)
+            UNION ALL
+            SELECT h.memory_id FROM pgmem.history h WHERE h.user_id = v_user AND h.memory_id = ANY (p_ids)) x;
+    END IF;
+    PERFORM pgmem._expire_conflicts(v_user, v_space, ARRAY(SELECT pgmem.content_hash(c) FROM unnest(p_contents) c));
+    -- seq follows item order (the order of turns), whatever order the rows are inserted in.
+    WITH items AS MATERIALIZED (
+        SELECT g.o, nextval('pgmem.memories_seq') AS seq
+        FROM generate_series(1, v_n) AS g(o) LEFT JOIN unnest(v_known) AS kn(id) ON kn.id = p_ids[g.o]
+        WHERE kn.id IS NULL
+    ), ins AS (
+        INSERT INTO pgmem.memories AS m (user_id, id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at, seq)
+        SELECT v_user, coalesce(p_ids[o], gen_random_uuid()), v_space.space_id, p_agent_ids[o], p_session_ids[o],
+               p_contents[o], p_embeddings[o], coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now()),
+               items.seq
+        FROM items
+        -- Insert in content-hash order, not item order: concurrent batches holding the same texts in
+        -- different orders then wait for each other instead of deadlocking.
+        ORDER BY pgmem.content_hash(p_contents[o]), o
+        -- Same content (memories_content_key), or a client id stored by a concurrent retry (memories_pkey).
+        ON CONFLICT DO NOTHING
+        RETURNING m.id
+    )
+    SELECT coalesce(array_agg(ins.id), '{}') INTO v_created FROM ins;
+    -- Each item's memory: the one its client id names (stored before or now), else the one holding its content.
+    SELECT array_agg(y.id ORDER BY y.o), array_agg(y.created ORDER BY y.o) INTO v_ids, v_flags
+    FROM (
+        SELECT x.o, x.id, x.created AND x.o = min(x.o) OVER (PARTITION BY x.id) AS created
+        FROM (
+            SELECT g.o, coalesce(kn.id, byid.id, m.id) AS id, byid.id IS NOT NULL OR c.id IS NOT NULL AS created
+            FROM generate_series(1, v_n) AS g(o)
+            LEFT JOIN unnest(v_known) AS kn(id) ON kn.id = p_ids[g.o]
+            LEFT JOIN unnest(v_created) AS byid(id) ON byid.id = p_ids[g.o]
+            LEFT JOIN pgmem.memories m
+              ON m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_contents[g.o])
+                 AND m.valid_to IS NULL
+            LEFT JOIN unnest(v_created) AS c(id) ON c.id = m.id AND kn.id IS NULL AND byid.id IS NULL
+        ) x
+    ) y;
+    IF p_vector_items IS NOT NULL THEN
+        INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+        SELECT v_user, v_ids[e.item + 1], row_number() OVER (PARTITION BY e.item ORDER BY e.i), e.kind, e.emb
+        FROM unnest(p_vector_items, p_vector_kinds, p_vectors) WITH ORDINALITY AS e(item, kind, emb, i)
+        WHERE v_flags[e.item + 1];
+    END IF;
+    RETURN QUERY SELECT (i - 1)::integer, v_ids[i], v_flags[i] FROM generate_subscripts(v_ids, 1) AS i ORDER BY i;
+END
+$$;
+
 DROP FUNCTION IF EXISTS pgmem._knn(text, text, text, timestamptz, timestamptz, text[], jsonb[], text, vector, integer, integer, interval);
 DROP FUNCTION pgmem._build_knn();
 DROP FUNCTION pgmem.as_user(text, anyelement);
 DROP FUNCTION pgmem._knn_sql(pgmem.spaces, text);
+COMMENT ON FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], vector[], uuid[]) IS
+    'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now(). Extra vectors: p_vector_items (item number from 0), p_vector_kinds, p_vectors, stored for created items only. p_ids: client-generated ids (idempotency keys); an item whose id this user already stored, even if since deleted, is not written again and returns that id with created = false, so a retry never duplicates.';
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgmem FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], vector[], uuid[]) TO pgmem_agent;
