@@ -238,7 +238,21 @@ class PgmemStore:
         return {"load_s": t.seconds, "index_s": index_s}
 
     def ingest_batched(self, ds: Dataset, extra_rows, batch: int = 1000, progress=None) -> float:
-        """``add_many`` per tenant (all of a tenant's extra rows, up to ``batch`` a call) into the indexed space."""
+        """The way a gateway batches (what ``Memory.writer`` does): ``add_many`` of up to ``batch`` rows a call,
+        each item naming its tenant (``user_id``), into the indexed space; one statement per call."""
+        rows = list(extra_rows)
+        with self.memory() as mem, Timer() as t:
+            for lo in range(0, len(rows), batch):
+                part = rows[lo:lo + batch]
+                mem.add_many([{"content": ds.extra_contents[j], "embedding": ds.extra_emb[j],
+                               "user_id": ds.tenants[ds.extra_tenant_of[j]]} for j in part])
+                if progress:
+                    progress(len(part))
+        return t.seconds
+
+    def ingest_per_tenant(self, ds: Dataset, extra_rows, batch: int = 1000, progress=None) -> float:
+        """``add_many`` per tenant (all of a tenant's extra rows, up to ``batch`` a call: a client acting for one
+        user) into the indexed space."""
         groups = _by_tenant(ds, extra_rows)
         with self.memory() as mem, Timer() as t:
             for tenant, rows in groups.items():
@@ -247,6 +261,27 @@ class PgmemStore:
                                           for j in rows], batch)
                 if progress:
                     progress(len(rows))
+        return t.seconds
+
+    def copy_batched(self, ds: Dataset, extra_rows, progress=None) -> float:
+        """The baseline for ``ingest_batched``: one binary COPY of the extra rows straight into pgmem.memories
+        (the same table, indexes and triggers: full-text vector, history row) as the superuser, bypassing
+        pgmem's functions and row-level security; seconds."""
+        import psycopg
+        from pgvector.psycopg import register_vector
+
+        space_id = None
+        with psycopg.connect(self.dsn) as conn, Timer() as t:
+            register_vector(conn)
+            space_id = conn.execute("SELECT space_id FROM pgmem.spaces WHERE name = %s", [SPACE]).fetchone()[0]
+            with conn.cursor() as cur, cur.copy("COPY pgmem.memories (user_id, space_id, content, embedding)"
+                                                " FROM STDIN WITH (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "int4", "text", "vector"])
+                for n, j in enumerate(extra_rows, 1):
+                    copy.write_row((ds.tenants[ds.extra_tenant_of[j]], space_id, ds.extra_contents[j], ds.extra_emb[j]))
+                    if progress and n % 1000 == 0:
+                        progress(1000)
+            conn.commit()
         return t.seconds
 
     def analyze(self) -> None:
