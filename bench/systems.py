@@ -205,10 +205,16 @@ class PgmemStore:
         with self.memory() as mem:
             mem.create_space(SPACE, MODEL, DIMS, hnsw_m=HNSW_M, hnsw_ef_construction=HNSW_EF_CONSTRUCTION)
 
-    def memory(self, user_id: str | None = None):
+    def memory(self, user_id: str | None = None, ef_search: int | None = None):
+        """A gateway client; ``ef_search``: its connections set ``pgmem.hnsw_ef_search`` (libpq ``options``)."""
+        from urllib.parse import quote
+
         from pgmem import Memory
 
-        return Memory(self.dsn, user_id=user_id, role="pgmem_gateway", space=SPACE, min_size=1, max_size=1)
+        dsn = self.dsn
+        if ef_search:
+            dsn += ("&" if "?" in dsn else "?") + "options=" + quote(f"-c pgmem.hnsw_ef_search={int(ef_search)}")
+        return Memory(dsn, user_id=user_id, role="pgmem_gateway", space=SPACE, min_size=1, max_size=1)
 
     def hnsw_index(self) -> str:
         import psycopg
@@ -304,13 +310,13 @@ class PgmemStore:
     def disk_bytes(self, history: bool = True) -> int:
         return _pg_bytes(self.dsn, ["pgmem.memories", "pgmem.memory_vectors"] + (["pgmem.history"] if history else []))
 
-    def client(self) -> PgmemClient:
-        return PgmemClient(self)
+    def client(self, ef_search: int | None = None) -> PgmemClient:
+        return PgmemClient(self, ef_search)
 
 
 class PgmemClient:
-    def __init__(self, store: PgmemStore) -> None:
-        self.mem = store.memory()
+    def __init__(self, store: PgmemStore, ef_search: int | None = None) -> None:
+        self.mem = store.memory(ef_search=ef_search)
         self.mem.space()  # cached: no lookup per search
         self.by_tenant: dict[str, object] = {}
 

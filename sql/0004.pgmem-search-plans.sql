@@ -9,11 +9,13 @@
 --     generated again by create_space and set_retention; a space it does not know (or a TTL it was not
 --     generated for) falls back to the same statement as dynamic SQL, so a stale _knn costs speed, never rows.
 --   * the HNSW statement returns ids only; the rows are then read by primary key in exact distance order.
---   * ef_search is max(40, 2k) (pgvector's default 40; was max(100, 2k)): recall@10 0.97-0.98 instead of
---     0.995-1.0 on the benchmark's large tenant (docs/benchmarks.md), above the 0.95 the project aims at.
+--   * ef_search stays max(100, 2k) by default and can be set with pgmem.hnsw_ef_search (per role, database or
+--     session; pgvector's own default is 40): on the benchmark's large tenant 40 gives recall@10 0.98 for
+--     about 10% less time, 100 gives 0.995-1.0, level with Chroma's 0.999 (docs/benchmarks.md).
+-- Signatures: add_batch gains p_user_ids (writes for many users in one statement); the others do not change.
 --   * a plain search (no filter, no as-of) of a large tenant whose size is cached goes straight to HNSW,
 --     without building the scope SQL first.
--- Signatures do not change. Released migrations (0002, 0003) stay as they are.
+-- Released migrations (0002, 0003) stay as they are.
 
 DO $pgmem$ BEGIN PERFORM '[1]'::vector; END $pgmem$;
 
@@ -87,7 +89,7 @@ CREATE OR REPLACE FUNCTION pgmem.search(
     p_as_of timestamptz DEFAULT NULL
 ) RETURNS SETOF pgmem.memory
 LANGUAGE plpgsql VOLATILE
-SET hnsw.ef_search = 40 SET hnsw.iterative_scan = 'relaxed_order' SET hnsw.max_scan_tuples = 20000
+SET hnsw.ef_search = 100 SET hnsw.iterative_scan = 'relaxed_order' SET hnsw.max_scan_tuples = 20000
 SET enable_sort = on
 AS $$
 DECLARE
@@ -100,6 +102,8 @@ DECLARE
     v_scope record;
     v_n bigint;
     v_ids uuid[];
+    v_ef integer;
+    v_ef_setting text;
 BEGIN
     IF p_embedding IS NULL THEN
         RAISE EXCEPTION 'a query embedding is required' USING ERRCODE = 'PGM08';
@@ -128,8 +132,15 @@ BEGIN
     END IF;
 
     IF v_space.index_kind <> 'exact' AND v_n > v_threshold THEN
-        IF p_k > 20 THEN
-            PERFORM set_config('hnsw.ef_search', least(1000, 2 * p_k)::text, true);
+        -- ef_search: max(pgmem.hnsw_ef_search (default 100), 2k), at most 1000 (pgvector's limit).
+        v_ef_setting := nullif(current_setting('pgmem.hnsw_ef_search', true), '');
+        IF v_ef_setting IS NOT NULL AND (v_ef_setting !~ '^[0-9]{1,4}$' OR v_ef_setting::integer NOT BETWEEN 1 AND 1000) THEN
+            RAISE EXCEPTION 'pgmem.hnsw_ef_search must be an integer from 1 to 1000, got %', quote_literal(v_ef_setting)
+                USING ERRCODE = 'PGM08';
+        END IF;
+        v_ef := least(1000, greatest(coalesce(v_ef_setting::integer, 100), 2 * p_k));
+        IF v_ef <> 100 THEN
+            PERFORM set_config('hnsw.ef_search', v_ef::text, true);
         END IF;
         IF p_k > 100 THEN
             PERFORM set_config('hnsw.max_scan_tuples', (200 * p_k)::text, true);
@@ -180,7 +191,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) IS
-    'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match, else HNSW with iterative scan (ef_search max(40, 2k), pgvector''s default 40; the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
+    'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match, else HNSW with iterative scan (ef_search max(pgmem.hnsw_ef_search, default 100, 2k); the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
 
 -- ---------------------------------------------------------------------------------------------------------
 -- One statement per call. A gateway used to send BEGIN, act_as(user), the call and COMMIT: four statements,

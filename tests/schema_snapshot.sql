@@ -1626,7 +1626,7 @@ COMMENT ON FUNCTION pgmem.schedule_purge(p_schedule text) IS 'With pg_cron: sche
 
 CREATE FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_min_similarity double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgmem.memory
     LANGUAGE plpgsql
-    SET "hnsw.ef_search" TO '40'
+    SET "hnsw.ef_search" TO '100'
     SET "hnsw.iterative_scan" TO 'relaxed_order'
     SET "hnsw.max_scan_tuples" TO '20000'
     SET enable_sort TO 'on'
@@ -1641,6 +1641,8 @@ DECLARE
     v_scope record;
     v_n bigint;
     v_ids uuid[];
+    v_ef integer;
+    v_ef_setting text;
 BEGIN
     IF p_embedding IS NULL THEN
         RAISE EXCEPTION 'a query embedding is required' USING ERRCODE = 'PGM08';
@@ -1669,8 +1671,15 @@ BEGIN
     END IF;
 
     IF v_space.index_kind <> 'exact' AND v_n > v_threshold THEN
-        IF p_k > 20 THEN
-            PERFORM set_config('hnsw.ef_search', least(1000, 2 * p_k)::text, true);
+        -- ef_search: max(pgmem.hnsw_ef_search (default 100), 2k), at most 1000 (pgvector's limit).
+        v_ef_setting := nullif(current_setting('pgmem.hnsw_ef_search', true), '');
+        IF v_ef_setting IS NOT NULL AND (v_ef_setting !~ '^[0-9]{1,4}$' OR v_ef_setting::integer NOT BETWEEN 1 AND 1000) THEN
+            RAISE EXCEPTION 'pgmem.hnsw_ef_search must be an integer from 1 to 1000, got %', quote_literal(v_ef_setting)
+                USING ERRCODE = 'PGM08';
+        END IF;
+        v_ef := least(1000, greatest(coalesce(v_ef_setting::integer, 100), 2 * p_k));
+        IF v_ef <> 100 THEN
+            PERFORM set_config('hnsw.ef_search', v_ef::text, true);
         END IF;
         IF p_k > 100 THEN
             PERFORM set_config('hnsw.max_scan_tuples', (200 * p_k)::text, true);
@@ -1721,7 +1730,7 @@ BEGIN
 END
 $_$;
 
-COMMENT ON FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer, p_agent_id text, p_session_id text, p_filter jsonb, p_min_similarity double precision, p_model text, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_as_of timestamp with time zone) IS 'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match, else HNSW with iterative scan (ef_search max(40, 2k), pgvector''s default 40; the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
+COMMENT ON FUNCTION pgmem.search(p_space text, p_embedding public.vector, p_k integer, p_agent_id text, p_session_id text, p_filter jsonb, p_min_similarity double precision, p_model text, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_as_of timestamp with time zone) IS 'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match, else HNSW with iterative scan (ef_search max(pgmem.hnsw_ef_search, default 100, 2k); the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
 
 CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding public.vector DEFAULT NULL::public.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT 0.4, p_vector_weight double precision DEFAULT 0.6, p_speaker_weight double precision DEFAULT 0.2, p_session_weight double precision DEFAULT 0.4, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgmem.hybrid_hit
     LANGUAGE plpgsql

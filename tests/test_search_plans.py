@@ -136,3 +136,22 @@ def test_as_user_keeps_act_as_checks(alice, admin, login_role):
         gw.autocommit = True
         gw.execute("SELECT * FROM pgmem.stats(p_space => pgmem.as_user('alice', 't64'::text))")
         assert gw.execute("SELECT pgmem.current_user_id()").fetchone()[0] is None
+
+
+def test_ef_search_setting(alice, admin, login_role):
+    """pgmem.hnsw_ef_search sets HNSW's candidate list (default 100); k rows come back whatever it is; a bad
+    value is a clear PGM08, not a cast error."""
+    alice.add_many([f"memory {i} of alice" for i in range(60)])
+    want = exact(admin, "alice", 10)
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        for ef in ("1", "40", "1000"):
+            gw.execute("SELECT set_config('pgmem.hnsw_ef_search', %s, false)", [ef])
+            got = search(gw, 10, threshold=20)
+            assert len(got) == 10 and len(set(got) & set(want)) >= 8
+        for bad in ("0", "abc", "1001", "-5"):
+            gw.execute("SELECT set_config('pgmem.hnsw_ef_search', %s, false)", [bad])
+            try:
+                search(gw, 10, threshold=20)
+                raise AssertionError(f"accepted ef_search {bad!r}")
+            except psycopg.Error as exc:
+                assert exc.sqlstate == "PGM08" and "hnsw_ef_search" in str(exc)
