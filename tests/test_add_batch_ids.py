@@ -93,3 +93,31 @@ def test_items_must_all_name_a_user_when_the_client_has_none(make_memory):
         raise AssertionError("accepted an item without a user")
     except ValidationError as exc:
         assert exc.index == 1
+
+
+def test_concurrent_batches_for_the_same_users_do_not_deadlock(make_memory, admin):
+    """C23 for batches naming many users: two gateways write the same texts for the same users, the users in
+    opposite orders, at the same moment. Users are taken in sorted order, so one waits for the other instead
+    of a deadlock; each (user, text) is stored once and exactly one of the two calls created it."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    one, two = make_memory(None, max_size=1), make_memory(None, max_size=1)
+    one.space()
+    barrier = threading.Barrier(2)
+
+    def add(client, items):
+        barrier.wait(timeout=30)
+        return client.add_many(items)
+
+    with ThreadPoolExecutor(2) as pool:
+        for i in range(10):
+            items = [{"content": f"shared fact {i}.{j}", "user_id": u} for u in ("alice", "bob", "carol")
+                     for j in range(3)]
+            a = pool.submit(add, one, items)
+            b = pool.submit(add, two, items[::-1])
+            ra, rb = a.result(), b.result()[::-1]
+            for x, y in zip(ra, rb):
+                assert x.id == y.id, i
+                assert sorted([x.created, y.created]) == [False, True], i
+    assert admin.execute("SELECT count(*), count(DISTINCT (user_id, content)) FROM pgmem.memories").fetchone() == (90, 90)
