@@ -290,7 +290,7 @@ $$;
 COMMENT ON FUNCTION pgmem._expire_conflicts(p_user text, p_space pgmem.spaces, p_hashes bytea[]) IS 'Internal: remove (EXPIRE) expired memories of a user and space whose content a new memory repeats, so the new one is stored and visible.';
 
 CREATE FUNCTION pgmem._expiry(p_expires_at timestamp with time zone, p_created_at timestamp with time zone, p_ttl interval) RETURNS timestamp with time zone
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::timestamptz) $$;
 
 COMMENT ON FUNCTION pgmem._expiry(p_expires_at timestamp with time zone, p_created_at timestamp with time zone, p_ttl interval) IS 'Internal: effective expiry of a memory or turn: its own expires_at, else created_at + the space''s TTL, else infinity.';

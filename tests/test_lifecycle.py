@@ -425,3 +425,24 @@ def test_consolidation_rejects_bad_summaries_and_foreign_turns(alice, bob, admin
     assert exc.value.sqlstate == "PGM03"
     assert alice.consolidate("s", lambda turns: []) == []  # an empty summary still marks the turns done
     assert alice.pending_turns("s") == []
+
+
+# --------------------------------------------------------------------------------------------------------
+# Migration 0005: pgmem._expiry is STABLE (timestamptz + interval depends on TimeZone), so PostgreSQL inlines it
+# --------------------------------------------------------------------------------------------------------
+def test_expiry_is_stable_and_inlined(admin):
+    # Why it cannot be IMMUTABLE: the same arguments give another instant under another TimeZone (a day across
+    # the change to summer time in Paris lasts 23 hours).
+    at = datetime(2026, 3, 28, 12, tzinfo=timezone.utc)
+    got = {}
+    for zone in ("UTC", "Europe/Paris"):
+        admin.execute(f"SET TimeZone = '{zone}'")
+        got[zone] = admin.execute("SELECT pgmem._expiry(NULL, %s, interval '1 day')", [at]).fetchone()[0]
+    admin.execute("RESET TimeZone")
+    assert got["UTC"] - got["Europe/Paris"] == timedelta(hours=1)
+    assert admin.execute("SELECT provolatile FROM pg_proc WHERE oid = 'pgmem._expiry'::regproc").fetchone()[0] == "s"
+    # Inlined: the plan computes the expression itself instead of calling the function once per row.
+    plan = "\n".join(r[0] for r in admin.execute(
+        "EXPLAIN (VERBOSE, COSTS OFF) SELECT pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()"
+        " FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)"))
+    assert "_expiry" not in plan and "COALESCE" in plan, plan
