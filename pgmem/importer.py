@@ -13,7 +13,7 @@ Formats
 
 Every record is validated on its own first; bad records are reported with their line (or dia_id) and the
 reason, never silently dropped, and do not stop the import. Valid records go in batches through
-``Memory.add_many`` (one ``pgmem.add_batch`` statement per batch and user).
+``Memory.add_many`` (one ``pgmem.add_batch`` statement per batch, whatever users its records name).
 
 A file of the wrong kind is refused whole, before anything is written, with a ValidationError naming it: an
 unknown format, a file that is not UTF-8, a JSONL file with a line that has ``"kind"`` (a ``pgmem export``,
@@ -263,8 +263,11 @@ def detect_format(path: Path) -> str:
 
 def import_records(memory, records: Iterable[Record | Failure], *, batch_size: int = 256,
                    progress=None) -> ImportSummary:
-    """Write ``records`` through ``memory`` (a :class:`pgmem.Memory`; its user is replaced per record) in
-    batches of ``batch_size`` per user. ``progress(n)`` is called with the number of records handled."""
+    """Write ``records`` through ``memory`` (a :class:`pgmem.Memory`; each record is written for its own user)
+    in batches of ``batch_size`` records, whatever users they name: one ``pgmem.add_batch`` statement a batch,
+    each item acting as its user (``add_many`` items with ``user_id``; a gateway may name any user, a bound
+    login only its own). A batch that fails is retried record by record, so a bad record costs only itself.
+    ``progress(n)`` is called with the number of records handled."""
     summary = ImportSummary()
     start = time.perf_counter()
     batch: list[Record] = []
@@ -272,16 +275,15 @@ def import_records(memory, records: Iterable[Record | Failure], *, batch_size: i
     def flush() -> None:
         if not batch:
             return
-        client = memory.with_identity(user_id=batch[0].user_id)
         items = [{"content": r.content, "agent_id": r.agent_id, "session_id": r.session_id,
-                  "metadata": r.metadata, "created_at": r.created_at} for r in batch]
+                  "metadata": r.metadata, "created_at": r.created_at, "user_id": r.user_id} for r in batch]
         try:
-            results = client.add_many(items)
+            results = memory.add_many(items)
         except PgmemError:
             # All or nothing per batch: retry one by one so that one bad record costs only itself.
             for r, item in zip(batch, items):
                 try:
-                    res = client.add_many([item])[0]
+                    res = memory.add_many([item])[0]
                 except PgmemError as exc1:
                     summary.failures.append(Failure(r.where, str(exc1)))
                 else:
@@ -301,7 +303,7 @@ def import_records(memory, records: Iterable[Record | Failure], *, batch_size: i
             if progress:
                 progress(1)
             continue
-        if batch and (rec.user_id != batch[0].user_id or len(batch) >= batch_size):
+        if len(batch) >= batch_size:
             flush()
         batch.append(rec)
     flush()

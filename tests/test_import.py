@@ -92,6 +92,32 @@ def test_jsonl_counts_failures_timestamps_and_fields(make_memory, tmp_path, batc
     assert len(gateway.with_identity(user_id="alice").list().items) == 2
 
 
+def test_jsonl_batches_span_users(make_memory, tmp_path, monkeypatch):
+    """Records of many users share a batch: one add_batch statement for a batch, whatever users its records name
+    (each written acting as its user, migration 0004), not one per run of records of the same user."""
+    from pgmem import Memory
+
+    lines = [{"user": f"user{i % 3}", "content": f"note {i} of user{i % 3}", "session": "s"} for i in range(12)]
+    path = write_jsonl(tmp_path / "mixed.jsonl", lines)
+    gateway = make_memory(None)
+    calls = []
+    real = Memory._rows
+
+    def counting(self, name, *args, **kw):
+        calls.append(name)
+        return real(self, name, *args, **kw)
+
+    monkeypatch.setattr(Memory, "_rows", counting)
+    summary = importer.import_file(gateway, path, batch_size=5)
+    assert (summary.rows, summary.added, summary.duplicates, summary.failures) == (12, 12, 0, [])
+    assert calls.count("add_batch") == 3  # 12 records in batches of 5 (was 12: the users alternate)
+    monkeypatch.undo()
+    for u in range(3):
+        got = gateway.with_identity(user_id=f"user{u}").list(limit=100).items
+        assert sorted(r.content for r in got) == sorted(f"note {i} of user{u}" for i in range(u, 12, 3))
+        assert all(r.user_id == f"user{u}" and r.session_id == "s" for r in got)
+
+
 # --------------------------------------------------------------------------------------------------------
 # LoCoMo
 # --------------------------------------------------------------------------------------------------------
