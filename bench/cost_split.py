@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Where a large-tenant search spends its time: client CPU, server CPU and wall time per query, for raw pgvector,
+"""Where a search spends its time: client CPU, server CPU and wall time per query, for raw pgvector,
 pgmem's SQL call alone and pgmem through its Python wrapper (bench/FINDINGS.md S9).
 
-    python bench/cost_split.py [--rounds 5] [--queries 600] [--ef-search 40] [--data-dir /tmp/pgmem-bench/pgdata]
+    python bench/cost_split.py [--class large] [--rounds 5] [--queries 600] [--ef-search 40] [--data-dir ...]
 
 Needs the databases of ``bench/search.py`` (run it once first; ``--reuse`` keeps them). Wall times on this kind
 of machine move 30% and more between runs; CPU time, split between this process's thread (psycopg and the
 wrapper) and the server backend serving the connection (``/proc/<pid>/stat``, utime + stime), says which side
 a difference comes from. Each line is the median over ``--rounds`` rounds of ``--queries`` queries (the
-benchmark's 200 large-tenant queries, cycled), systems in blocks, in the same run; ratios are against raw
+benchmark's 200 queries of the size class ``--class``, large by default, cycled), systems in blocks, in the same run; ratios are against raw
 pgvector's line. ``--ef-search`` applies to both raw pgvector (``hnsw.ef_search``) and pgmem
 (``pgmem.hnsw_ef_search``): 40 is pgvector's default.
 
@@ -56,6 +56,7 @@ def measure(search, pid: int, n: int) -> tuple[float, float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--class", dest="cls", choices=["large", "medium", "small"], default="large")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--queries", type=int, default=600)
     ap.add_argument("--ef-search", type=int, default=40)
@@ -68,7 +69,7 @@ def main() -> int:
     from pgvector.psycopg import register_vector
 
     ds = common.make_dataset(args.n, args.seed)
-    qs = common.make_queries(ds, 200)["large"]
+    qs = common.make_queries(ds, 200)[args.cls]
     tenants = [ds.tenants[t] for t in qs.tenants]
     st = common.start_server(args.data_dir)
     for db in ("bench_search_raw", "bench_search_pgmem"):
@@ -98,7 +99,7 @@ def main() -> int:
             got[name].append(measure(search, pid, args.queries))
     med = {k: tuple(statistics.median(r[j] for r in v) for j in range(3)) for k, v in got.items()}
     base = med["raw pgvector"]
-    print(f"large tenant ({len(ds.rows_by_tenant[qs.tenants[0]])} rows), k={K}, ef_search {args.ef_search}; "
+    print(f"{args.cls} tenants ({len(ds.rows_by_tenant[qs.tenants[0]])} rows), k={K}, ef_search {args.ef_search}; "
           f"ms per query, median of {args.rounds} rounds of {args.queries}")
     print(f"{'':15s} {'wall p50':>9s} {'client CPU':>11s} {'server CPU':>11s} {'wall / raw':>11s}")
     for name, (wall, client, server) in med.items():

@@ -155,3 +155,91 @@ def test_ef_search_setting(alice, admin, login_role):
                 raise AssertionError(f"accepted ef_search {bad!r}")
             except psycopg.Error as exc:
                 assert exc.sqlstate == "PGM08" and "hnsw_ef_search" in str(exc)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Migration 0006: the exact route (a tenant, or a subset, of at most pgmem.exact_search_max_rows rows) also
+# runs generated static statements: pgmem._count (routing, capped) and pgmem._exact (the scan).
+# --------------------------------------------------------------------------------------------------------
+def source(admin, fn: str) -> str:
+    return admin.execute(f"SELECT prosrc FROM pg_proc WHERE oid = 'pgmem.{fn}'::regproc").fetchone()[0]
+
+
+def test_count_and_exact_have_a_branch_per_indexed_space_and_follow_retention(alice, admin):
+    alice.space()
+    sid = space_id(admin, "t64")
+    for fn in ("_count", "_exact"):
+        assert f"p_space_id = {sid} AND p_ttl IS NOT DISTINCT FROM NULL::interval" in source(admin, fn), fn
+    alice.set_retention(timedelta(days=3))
+    for fn in ("_count", "_exact"):
+        assert f"p_space_id = {sid} AND p_ttl IS NOT DISTINCT FROM '3 days'::interval" in source(admin, fn), fn
+    other = alice.create_space("t32", "hash-32", 32)
+    assert f"p_space_id = {other.space_id} AND" in source(admin, "_exact")
+    # Not generated for a space or TTL: NULL from _count, so search takes the dynamic statements.
+    assert admin.execute("SELECT pgmem._count('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10, %s, NULL)",
+                         [sid]).fetchone()[0] is None
+
+
+def test_exact_route_static_and_dynamic_return_the_same_rows(alice, admin, login_role):
+    """The exact route on a small tenant: the generated statements (no metadata filter, no as-of) and the
+    dynamic ones (as-of now: the same rows hold) return exactly the rows of a scan written by hand, with agent,
+    session, time range and min_similarity applied alike."""
+    t0 = datetime.now(timezone.utc) - timedelta(hours=1)
+    alice.add_many([{"content": f"memory {i} of alice", "agent_id": f"agent{i % 2}", "session_id": f"s{i % 3}",
+                     "created_at": t0 + timedelta(minutes=i)} for i in range(40)])
+    now = datetime.now(timezone.utc)
+    register_vector(admin)
+    q = EMB.embed(["query about memory 7"])[0]
+    cases = [{}, {"agent_id": "agent1"}, {"session_id": "s2"}, {"created_after": t0 + timedelta(minutes=10),
+             "created_before": t0 + timedelta(minutes=30)}, {"min_similarity": 0.2}]
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        for kw in cases:
+            static = search(gw, 12, threshold=1000, **kw)
+            dynamic = search(gw, 12, threshold=1000, as_of=now, **kw)
+            where = " AND ".join(
+                {"agent_id": "agent_id = %(agent_id)s", "session_id": "session_id = %(session_id)s",
+                 "created_after": "created_at >= %(created_after)s", "created_before": "created_at < %(created_before)s",
+                 "min_similarity": "1 - (embedding <=> %(q)s) >= %(min_similarity)s"}[k] for k in kw) or "true"
+            want = [r[0] for r in admin.execute(
+                f"SELECT id FROM pgmem.memories WHERE user_id = 'alice' AND valid_to IS NULL AND {where}"
+                " ORDER BY embedding <=> %(q)s, id LIMIT 12", {"q": q, **kw}).fetchall()]
+            assert static == dynamic == want, kw
+            assert want or kw.get("min_similarity"), kw
+
+
+def test_exact_route_follows_the_threshold_and_stale_ttl(alice, admin, login_role):
+    """pgmem.exact_search_max_rows is read per search (the cap is a parameter of the cached plan), and a TTL
+    changed by hand makes _count say 'not generated', so the dynamic statements (which read the TTL) run."""
+    old = datetime.now(timezone.utc) - timedelta(hours=2)
+    alice.add_many([{"content": f"old memory {i}", "created_at": old} for i in range(20)])
+    fresh = alice.add_many([f"memory {i} of alice" for i in range(20)])
+    want = exact(admin, "alice", 40)
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        assert search(gw, 40, threshold=1000) == want      # 40 rows: exact scan
+        got = search(gw, 40, threshold=30)                  # 40 > 30: HNSW (80 rows in the graph: all found)
+        assert sorted(got) == sorted(want)
+        admin.execute("UPDATE pgmem.spaces SET memory_ttl = '1 hour' WHERE name = 't64'")
+        got = search(gw, 40, threshold=1000)
+    assert sorted(got) == sorted(r.id for r in fresh)  # the 20 old ones have expired
+
+
+def test_generated_functions_do_not_cross_tenants(alice, bob, admin, login_role):
+    """_knn, _count and _exact take the user as a parameter but run as their caller, under row-level security:
+    naming another user finds nothing."""
+    alice.add_many([f"memory {i} of alice" for i in range(10)])
+    sid = space_id(admin, "t64")
+    q = EMB.embed(["memory 3"])[0]
+    with connect(admin, login_role("pgmem_gateway")) as gw:
+        register_vector(gw)
+        with gw.transaction():
+            gw.execute("SELECT pgmem.act_as('alice')")
+            assert gw.execute("SELECT pgmem._count('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 100, %s, NULL)",
+                              [sid]).fetchone()[0] == 10
+        with gw.transaction():
+            gw.execute("SELECT pgmem.act_as('bob')")
+            assert gw.execute("SELECT pgmem._count('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 100, %s, NULL)",
+                              [sid]).fetchone()[0] == 0
+            assert gw.execute("SELECT count(*) FROM pgmem._exact('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s,"
+                              " 10, 't64', NULL, %s, NULL)", [q, sid]).fetchone()[0] == 0
+            assert gw.execute("SELECT pgmem._knn('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s, 10, %s, NULL)",
+                              [q, sid]).fetchone()[0] in (None, [])
