@@ -250,10 +250,11 @@ _json_decode = json.JSONDecoder().decode
 
 
 def json_loads(data: bytes) -> Any:
-    """What ``json.loads(data)`` returns, for json and jsonb values read on pgmem's pooled connections:
-    decoded as UTF-8 (PostgreSQL sends JSON in the client encoding, which psycopg sets to UTF-8) without
-    json.loads' encoding detection, and ``{}`` (a memory's metadata by default) without parsing; a new dict
-    each time. About half json.loads' time per value (bench/FINDINGS.md S9)."""
+    """What ``json.loads(data)`` returns (or raises), for json and jsonb values read on pgmem's pooled
+    connections: decoded as UTF-8 without json.loads' encoding detection (which, for bytes PostgreSQL sends,
+    can only find UTF-8: JSON text never starts with the NUL bytes of UTF-16 or UTF-32), and ``{}`` (a
+    memory's metadata by default) without parsing; a new dict each time. About half json.loads' time per
+    value (bench/FINDINGS.md S9)."""
     if data == b"{}":
         return {}
     return _json_decode(data.decode())
