@@ -1,4 +1,4 @@
--- Undo 0006: search and _build_knn as 0004 left them (text copied from 0004); the generated exact-route functions and their statement texts dropped.
+-- Undo 0006: search and _build_knn as 0004 left them (text copied from 0004); the generated exact-route function and the statement texts dropped.
 DO $pgmem$ BEGIN PERFORM '[1]'::vector; END $pgmem$;
 
 CREATE OR REPLACE FUNCTION pgmem._build_knn() RETURNS void
@@ -153,7 +153,6 @@ $$;
 COMMENT ON FUNCTION pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) IS
     'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match, else HNSW with iterative scan (ef_search max(pgmem.hnsw_ef_search, default 100, 2k); the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
 
-DROP FUNCTION pgmem._count(text, text, text, timestamptz, timestamptz, text[], jsonb[], text, bigint, integer, interval);
-DROP FUNCTION pgmem._exact(text, text, text, timestamptz, timestamptz, text[], jsonb[], text, vector, integer, text, double precision, integer, interval);
+DROP FUNCTION pgmem._exact_ids(text, text, text, timestamptz, timestamptz, text[], jsonb[], text, vector, integer, bigint, integer, interval);
 DROP FUNCTION pgmem._exact_sql(pgmem.spaces, text);
-DROP FUNCTION pgmem._count_sql(text);
+DROP FUNCTION pgmem._exact_ids_sql(text);

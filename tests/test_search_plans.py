@@ -159,25 +159,25 @@ def test_ef_search_setting(alice, admin, login_role):
 
 # --------------------------------------------------------------------------------------------------------
 # Migration 0006: the exact route (a tenant, or a subset, of at most pgmem.exact_search_max_rows rows) also
-# runs generated static statements: pgmem._count (routing, capped) and pgmem._exact (the scan).
+# runs a generated static statement: pgmem._exact_ids (the capped count and the k nearest ids, one pass).
 # --------------------------------------------------------------------------------------------------------
 def source(admin, fn: str) -> str:
     return admin.execute(f"SELECT prosrc FROM pg_proc WHERE oid = 'pgmem.{fn}'::regproc").fetchone()[0]
 
 
-def test_count_and_exact_have_a_branch_per_indexed_space_and_follow_retention(alice, admin):
+def test_exact_ids_has_a_branch_per_indexed_space_and_follows_retention(alice, admin):
     alice.space()
     sid = space_id(admin, "t64")
-    for fn in ("_count", "_exact"):
-        assert f"p_space_id = {sid} AND p_ttl IS NOT DISTINCT FROM NULL::interval" in source(admin, fn), fn
+    assert f"p_space_id = {sid} AND p_ttl IS NOT DISTINCT FROM NULL::interval" in source(admin, "_exact_ids")
     alice.set_retention(timedelta(days=3))
-    for fn in ("_count", "_exact"):
-        assert f"p_space_id = {sid} AND p_ttl IS NOT DISTINCT FROM '3 days'::interval" in source(admin, fn), fn
+    assert f"p_space_id = {sid} AND p_ttl IS NOT DISTINCT FROM '3 days'::interval" in source(admin, "_exact_ids")
     other = alice.create_space("t32", "hash-32", 32)
-    assert f"p_space_id = {other.space_id} AND" in source(admin, "_exact")
-    # Not generated for a space or TTL: NULL from _count, so search takes the dynamic statements.
-    assert admin.execute("SELECT pgmem._count('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10, %s, NULL)",
-                         [sid]).fetchone()[0] is None
+    assert f"p_space_id = {other.space_id} AND" in source(admin, "_exact_ids")
+    # Not generated for a space or TTL: o_rows NULL, so search takes the dynamic statements.
+    register_vector(admin)
+    q = EMB.embed(["x"])[0]
+    assert admin.execute("SELECT * FROM pgmem._exact_ids('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s, 10, 100,"
+                         " %s, NULL)", [q, sid]).fetchone() == (None, None)
 
 
 def test_exact_route_static_and_dynamic_return_the_same_rows(alice, admin, login_role):
@@ -209,7 +209,7 @@ def test_exact_route_static_and_dynamic_return_the_same_rows(alice, admin, login
 
 def test_exact_route_follows_the_threshold_and_stale_ttl(alice, admin, login_role):
     """pgmem.exact_search_max_rows is read per search (the cap is a parameter of the cached plan), and a TTL
-    changed by hand makes _count say 'not generated', so the dynamic statements (which read the TTL) run."""
+    changed by hand makes _exact_ids say 'not generated', so the dynamic statements (which read the TTL) run."""
     old = datetime.now(timezone.utc) - timedelta(hours=2)
     alice.add_many([{"content": f"old memory {i}", "created_at": old} for i in range(20)])
     fresh = alice.add_many([f"memory {i} of alice" for i in range(20)])
@@ -224,7 +224,7 @@ def test_exact_route_follows_the_threshold_and_stale_ttl(alice, admin, login_rol
 
 
 def test_generated_functions_do_not_cross_tenants(alice, bob, admin, login_role):
-    """_knn, _count and _exact take the user as a parameter but run as their caller, under row-level security:
+    """_knn and _exact_ids take the user as a parameter but run as their caller, under row-level security:
     naming another user finds nothing."""
     alice.add_many([f"memory {i} of alice" for i in range(10)])
     sid = space_id(admin, "t64")
@@ -233,13 +233,12 @@ def test_generated_functions_do_not_cross_tenants(alice, bob, admin, login_role)
         register_vector(gw)
         with gw.transaction():
             gw.execute("SELECT pgmem.act_as('alice')")
-            assert gw.execute("SELECT pgmem._count('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 100, %s, NULL)",
-                              [sid]).fetchone()[0] == 10
+            rows, ids = gw.execute("SELECT * FROM pgmem._exact_ids('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+                                   " %s, 3, 100, %s, NULL)", [q, sid]).fetchone()
+            assert rows == 10 and len(ids) == 3
         with gw.transaction():
             gw.execute("SELECT pgmem.act_as('bob')")
-            assert gw.execute("SELECT pgmem._count('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 100, %s, NULL)",
-                              [sid]).fetchone()[0] == 0
-            assert gw.execute("SELECT count(*) FROM pgmem._exact('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s,"
-                              " 10, 't64', NULL, %s, NULL)", [q, sid]).fetchone()[0] == 0
+            assert gw.execute("SELECT * FROM pgmem._exact_ids('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s,"
+                              " 3, 100, %s, NULL)", [q, sid]).fetchone() == (0, [])
             assert gw.execute("SELECT pgmem._knn('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s, 10, %s, NULL)",
                               [q, sid]).fetchone()[0] in (None, [])
