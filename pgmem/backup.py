@@ -513,12 +513,32 @@ def restore(path: str | os.PathLike, dsn: str, *, bin_dir: str | os.PathLike | N
     finally:
         if list_file is not None:
             list_file.unlink(missing_ok=True)
+    _rekey_bindings(dsn)
     checks = verify(src, dsn, manifest=manifest)
     failed = [c for c in checks if not c.ok]
     if failed:
         raise VerificationFailed("the restored database failed verification: "
                                  + "; ".join(f"{c.name}: {c.detail}" for c in failed), checks=checks)
     return RestoreResult(dbname, created, checks)
+
+
+def _rekey_bindings(dsn: str) -> None:
+    """Since migration 0007 a binding names its role by OID, and the roles of this cluster were created by
+    the restore with OIDs of their own: bind each restored binding's role name again (``pgmem.bind_role``),
+    so a bound login acts as its user here too. A binding whose role does not exist here is left unbound."""
+    with _connect(dsn, autocommit=True) as conn:
+        has_oid = conn.execute("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'pgmem.role_bindings'::regclass"
+                               " AND attname = 'role_oid' AND NOT attisdropped").fetchone()
+        if has_oid is None:
+            return
+        with conn.transaction():
+            stale = conn.execute("SELECT b.role_name, b.user_id FROM pgmem.role_bindings b"
+                                 " WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r"
+                                 " WHERE r.oid = b.role_oid AND r.rolname = b.role_name)").fetchall()
+            for row in stale:
+                conn.execute("DELETE FROM pgmem.role_bindings WHERE role_name = %s", [row["role_name"]])
+                if conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", [row["role_name"]]).fetchone():
+                    conn.execute("SELECT pgmem.bind_role(p_role => %s, p_user_id => %s)", [row["role_name"], row["user_id"]])
 
 
 # --------------------------------------------------------------------------------------------------------

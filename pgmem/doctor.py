@@ -67,8 +67,9 @@ SQL_SERVER = "SELECT current_setting('server_version') AS version, current_setti
 SQL_PGVECTOR = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'vector'"
 SQL_YOYO = "SELECT migration_hash, migration_id FROM public._yoyo_migration"
 SQL_SCHEMA = "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'pgmem'"
-# Tenant tables: a user_id column and some privilege of pgmem_agent on the table (pgmem.role_bindings has a
-# user_id column but only the schema owner may read it: no tenant reads it, so it needs no RLS).
+# Tenant tables: a user_id column and some privilege of the API's role on the table (pgmem_api since migration
+# 0007, pgmem_agent before). pgmem.role_bindings has a user_id column but only the schema owner may read it: no
+# tenant reads it, so it needs no RLS.
 SQL_TENANT_TABLES = """
 SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity
 FROM pg_catalog.pg_class c
@@ -76,7 +77,7 @@ JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p')
   AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
               WHERE a.attrelid = c.oid AND a.attname = 'user_id' AND a.attnum > 0 AND NOT a.attisdropped)
-  AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pgmem_agent'
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname IN ('pgmem_api', 'pgmem_agent')
               AND pg_catalog.has_table_privilege(r.oid, c.oid, 'SELECT, INSERT, UPDATE, DELETE'))
 ORDER BY c.relname
 """

@@ -123,6 +123,17 @@ def acting(conn: psycopg.Connection, user_id: str = "alice") -> Iterator[psycopg
         yield conn
 
 
+@contextmanager
+def as_api(admin: psycopg.Connection, user_id: str | None = "alice") -> Iterator[psycopg.Connection]:
+    """One transaction on the superuser connection ``admin`` as role pgmem_api (the owner of the API
+    functions, under row-level security) acting for ``user_id``: how the API itself reads the tables, which
+    agents and gateways may not since migration 0007."""
+    with admin.transaction():
+        admin.execute("SET LOCAL ROLE pgmem_api")
+        admin.execute("SELECT set_config('pgmem.user_id', %s, true)", [user_id or ""])
+        yield admin
+
+
 def run(conn: psycopg.Connection, sql: str, params=(), user_id: str = "alice") -> list[tuple]:
     """Run one statement acting for ``user_id``; all rows."""
     with acting(conn, user_id):

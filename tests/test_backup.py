@@ -98,7 +98,7 @@ def test_backup_restore_drill(dsn, admin, filled, target, tmp_path):
         assert _raw_counts(restored) == before
         # the restored database works for the bound agent login, with its own user's rows only
         with psycopg.connect(dsn_for(target, user=agent)) as conn:
-            rows = conn.execute("SELECT DISTINCT user_id FROM pgmem.memories").fetchall()
+            rows = conn.execute("SELECT DISTINCT user_id FROM pgmem.memories_view").fetchall()
         assert rows == [("alice",)]
 
         # tampering: one row less than the manifest says

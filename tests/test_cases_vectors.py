@@ -57,6 +57,14 @@ def sql_error(conn: psycopg.Connection, sql: str, params=()) -> psycopg.Error:
     return info.value
 
 
+def plain_writes(space: str, vector, memory_id) -> list[tuple[str, list]]:
+    """Writes that bypass the API: an INSERT and an UPDATE of pgmem.memories with ``vector`` (the admin
+    connection gets pgvector's types registered here)."""
+    return [("INSERT INTO pgmem.memories (user_id, space_id, content, embedding)"
+             f" SELECT 'alice', space_id, 'direct insert', %s::vector FROM pgmem.spaces WHERE name = '{space}'", [vector]),
+            ("UPDATE pgmem.memories SET embedding = %s::vector WHERE id = %s", [vector, memory_id])]
+
+
 def ones(n: int) -> np.ndarray:
     return np.ones(n, dtype=np.float32)
 
@@ -131,13 +139,16 @@ def test_c10_sql_functions_refuse_wrong_dimensions(gw, admin):
             ("SELECT * FROM pgmem.update(%s, p_embedding => %s::vector)", [mid, wrong]),
             ("SELECT * FROM pgmem.update(%s, 'changed content', %s::vector)", [mid, wrong]),
             ("SELECT * FROM pgmem.edit(%s, 'existing', 'old', %s::vector)", [mid, wrong]),
-            # Plain SQL writes meet the same check (trigger).
-            ("INSERT INTO pgmem.memories (user_id, space_id, content, embedding)"
-             " SELECT 'alice', space_id, 'direct insert', %s::vector FROM pgmem.spaces WHERE name = 's768'", [wrong]),
-            ("UPDATE pgmem.memories SET embedding = %s::vector WHERE id = %s", [wrong, mid]),
         ]
         for sql, params in statements:
             err = sql_error(gw, sql, params)
+            assert err.sqlstate == "PGM02", (n, sql)
+            assert_dims_message(err, n)
+        # Plain SQL writes: a gateway may not make any (API only); the schema owner's meet the same check (trigger).
+        register_vector(admin)
+        for sql, params in plain_writes("s768", wrong, mid):
+            assert sql_error(gw, sql, params).sqlstate == "42501", (n, sql)
+            err = sql_error(admin, sql, params)
             assert err.sqlstate == "PGM02", (n, sql)
             assert_dims_message(err, n)
         err = sql_error(gw, "SELECT * FROM pgmem.add_batch('s768', ARRAY['a', 'b', 'c'], ARRAY[%s, %s, %s]::vector[])",
@@ -212,12 +223,15 @@ def test_c11_sql_refuses_vectors_without_similarity(gw, admin):
             ("SELECT * FROM pgmem.update(%s, p_embedding => %s::vector)", [mid, bad]),
             ("SELECT * FROM pgmem.edit(%s, 'existing', 'old', %s::vector)", [mid, bad]),
             ("SELECT * FROM pgmem.add_batch('t64', ARRAY['a', 'b'], ARRAY[%s, %s]::vector[])", [ones(64), bad]),
-            ("INSERT INTO pgmem.memories (user_id, space_id, content, embedding)"
-             " SELECT 'alice', space_id, 'direct insert', %s::vector FROM pgmem.spaces WHERE name = 't64'", [bad]),
-            ("UPDATE pgmem.memories SET embedding = %s::vector WHERE id = %s", [bad, mid]),
         ]
         for sql, params in statements:
             err = sql_error(gw, sql, params)
+            assert err.sqlstate == expected, (name, sql, err.sqlstate, str(err))
+        register_vector(admin)
+        for sql, params in plain_writes("t64", bad, mid):
+            if expected == "PGM08":  # a gateway may not write plain SQL; NaN/Inf fail in the vector's input first
+                assert sql_error(gw, sql, params).sqlstate == "42501", (name, sql)
+            err = sql_error(admin, sql, params)
             assert err.sqlstate == expected, (name, sql, err.sqlstate, str(err))
     assert raw_counts(admin) == before
 

@@ -51,4 +51,4 @@ def test_postgresql_16_migrates_and_serves_the_api(pg16):
         forced = conn.execute("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'pgmem.memories'::regclass").fetchone()
         assert forced == (True,)
         assert conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'pgmem.memories_view'::regclass").fetchone() \
-            == (["security_invoker=true"],)
+            == (["security_barrier=true"],)  # owner-run since 0007 (API-only): pgmem_api under RLS

@@ -21,7 +21,7 @@ from pgvector.psycopg import register_vector
 from pgmem import IdentityError, Memory, ValidationError
 from pgmem.testing import HashEmbedder
 
-from conftest import dsn_for
+from conftest import as_api, dsn_for
 
 UTC = timezone.utc
 
@@ -469,11 +469,17 @@ def test_a_bound_agent_reads_only_its_own_users_vectors(make_memory, admin, logi
     admin.execute("SELECT pgmem.bind_role(%s, 'bob')", [role])
     with psycopg.connect(dsn_for(admin.info.dbname, user=role), autocommit=True) as conn:
         register_vector(conn)
-        assert conn.execute("SELECT user_id, count(*) FROM pgmem.memory_vectors GROUP BY 1").fetchall() == [("bob", 3)]
-        assert conn.execute("SELECT count(*) FROM pgmem.memory_vectors WHERE memory_id = %s", [a]).fetchone() == (0,)
-        assert conn.execute("DELETE FROM pgmem.memory_vectors WHERE user_id = 'alice'").rowcount == 0
-        with pytest.raises(psycopg.Error) as info:
-            conn.execute("INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)"
-                         " VALUES ('alice', %s, 9, 'sentence', %s)", [a, embed(embedder, "forged")])
-        assert info.value.sqlstate == "42501"
+        # The agent reaches no table at all (API only, migration 0007) ...
+        for sql, params in [("SELECT user_id, count(*) FROM pgmem.memory_vectors GROUP BY 1", []),
+                            ("DELETE FROM pgmem.memory_vectors WHERE user_id = 'alice'", []),
+                            ("INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)"
+                             " VALUES ('alice', %s, 9, 'sentence', %s)", [a, embed(embedder, "forged")])]:
+            with pytest.raises(psycopg.Error) as info:
+                conn.execute(sql, params)
+            assert info.value.sqlstate == "42501", sql
+    # ... and the API's own role, acting for bob, sees bob's vectors only (row-level security).
+    with as_api(admin, "bob") as api:
+        assert api.execute("SELECT user_id, count(*) FROM pgmem.memory_vectors GROUP BY 1").fetchall() == [("bob", 3)]
+        assert api.execute("SELECT count(*) FROM pgmem.memory_vectors WHERE memory_id = %s", [a]).fetchone() == (0,)
+        assert api.execute("DELETE FROM pgmem.memory_vectors WHERE user_id = 'alice'").rowcount == 0
     assert len(vectors(admin, a)) == 2

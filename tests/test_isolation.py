@@ -22,6 +22,18 @@ EMB = HashEmbedder(64)
 # --------------------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------------------
+
+# Statements on the tables themselves: since migration 0007 agents and gateways may run none of them.
+TABLE_STATEMENTS = [
+    ("SELECT count(*) FROM pgmem.memories", []), ("SELECT count(*) FROM pgmem.history", []),
+    ("SELECT count(*) FROM pgmem.memory_vectors", []), ("SELECT count(*) FROM pgmem.turns", []),
+    ("SELECT count(*) FROM pgmem.memory_sources", []), ("SELECT count(*) FROM pgmem.tenant_sizes", []),
+    ("SELECT count(*) FROM pgmem.spaces", []), ("SELECT count(*) FROM pgmem.role_bindings", []),
+    ("UPDATE pgmem.memories SET metadata = '{}'", []), ("DELETE FROM pgmem.memories", []),
+    ("LOCK TABLE pgmem.memories IN ACCESS EXCLUSIVE MODE", []), ("LOCK TABLE pgmem.spaces IN SHARE MODE", []),
+    ("TRUNCATE pgmem.memories", []), ("SELECT nextval('pgmem.memories_seq')", []),
+]
+
 def vec(text: str):
     return EMB.embed([text])[0]
 
@@ -127,12 +139,9 @@ def test_other_user_cannot_reach_rows_through_sql(admin, login_role, seeded):
              [vec("alice's secret plan")], []),
             ("SELECT memories FROM pgmem.stats('t64')", [], [(2,)]),
             ("SELECT pgmem.delete_all('t64', p_filter => '{\"owner\": \"alice\"}')", [], [(0,)]),
-            ("SELECT user_id, content FROM pgmem.memories WHERE user_id = 'alice'", [], []),
-            ("SELECT count(*) FROM pgmem.memories", [], [(2,)]),
-            ("SELECT count(*) FROM pgmem.history WHERE user_id <> 'bob'", [], [(0,)]),
+            ("SELECT user_id, content FROM pgmem.memories_view WHERE user_id = 'alice'", [], []),
+            ("SELECT count(*) FROM pgmem.memories_view", [], [(2,)]),
             ("SELECT count(*) FROM pgmem.memories_view WHERE user_id <> 'bob'", [], [(0,)]),
-            ("UPDATE pgmem.memories SET metadata = '{}' WHERE id = %s", [a1], [("rowcount", 0)]),
-            ("DELETE FROM pgmem.memories WHERE user_id = 'alice'", [], [("rowcount", 0)]),
             ("SELECT (pgmem.add('t64', 'the shared sentence', %s::vector)).id = %s", [vec("shared"), a2], [(False,)]),
             ("SELECT bool_or(id = ANY(%s)) FROM pgmem.add_batch('t64', ARRAY['alice''s secret plan', 'x'],"
              " ARRAY[%s, %s]::vector[])", [[a1, a2], vec("a"), vec("x")], [(False,)]),
@@ -144,7 +153,9 @@ def test_other_user_cannot_reach_rows_through_sql(admin, login_role, seeded):
                             ("SELECT * FROM pgmem.edit(%s, 'secret', 'public', %s::vector)", [a1, vec("p")]),
                             ("SELECT * FROM pgmem.edit(%s, 'absent text', 'x', %s::vector)", [a1, vec("p")])]:
             assert sql_error(gw, sql, params, act_as="bob").sqlstate == "PGM03", sql
-        # Writing a row for alice while acting for bob violates the policy.
+        # The tables themselves are closed to gateways (API only, migration 0007).
+        for sql, params in TABLE_STATEMENTS:
+            assert sql_error(gw, sql, params, act_as="bob").sqlstate == "42501", sql
         err = sql_error(gw, "INSERT INTO pgmem.memories (user_id, space_id, content, embedding)"
                             " SELECT 'alice', space_id, 'forged', %s::vector FROM pgmem.spaces", [vec("f")], act_as="bob")
         assert err.sqlstate == "42501"
@@ -158,7 +169,7 @@ def test_other_user_cannot_reach_rows_through_sql(admin, login_role, seeded):
 # --------------------------------------------------------------------------------------------------------
 def test_bound_login_cannot_switch_user(admin, bound, seeded):
     role, conn = bound
-    visible = "SELECT DISTINCT user_id FROM pgmem.memories"
+    visible = "SELECT DISTINCT user_id FROM pgmem.memories_view"
     assert rows(conn, "SELECT pgmem.current_user_id()") == [("alice",)]
     assert rows(conn, visible) == [("alice",)]
     conn.execute("SET pgmem.user_id = 'bob'")
@@ -185,8 +196,7 @@ def test_bound_login_sees_and_writes_only_its_user(admin, bound, seeded):
     a1, _ = seeded["alice"]
     b1, b2 = seeded["bob"]
     bob_before = snapshot(admin, "bob")
-    assert {r[0] for r in rows(conn, "SELECT id FROM pgmem.memories")} == set(seeded["alice"])
-    assert {r[0] for r in rows(conn, "SELECT user_id FROM pgmem.history")} == {"alice"}
+    assert {r[0] for r in rows(conn, "SELECT id FROM pgmem.memories_view")} == set(seeded["alice"])
     assert {r[0] for r in rows(conn, "SELECT user_id FROM pgmem.memories_view")} == {"alice"}
     assert rows(conn, "SELECT count(*) FROM pgmem.get(%s)", [b1]) == [(0,)]
     assert rows(conn, "SELECT count(*) FROM pgmem.history(%s)", [b1]) == [(0,)]
@@ -194,11 +204,12 @@ def test_bound_login_sees_and_writes_only_its_user(admin, bound, seeded):
     assert sql_error(conn, "SELECT * FROM pgmem.update(%s, p_metadata => '{}')", [b2]).sqlstate == "PGM03"
     insert = ("INSERT INTO pgmem.memories (user_id, space_id, content, embedding)"
               " SELECT %s, space_id, %s, %s::vector FROM pgmem.spaces WHERE name = 't64'")
+    # No statement of its own reaches a table, not even for its own user (API only, migration 0007).
     assert sql_error(conn, insert, ["bob", "forged for bob", vec("forged")]).sqlstate == "42501"
-    assert rows(conn, insert, ["alice", "inserted directly", vec("direct")]) == [("rowcount", 1)]
-    assert rows(conn, "UPDATE pgmem.memories SET metadata = '{}' WHERE user_id = 'bob'") == [("rowcount", 0)]
-    assert rows(conn, "DELETE FROM pgmem.memories WHERE user_id = 'bob'") == [("rowcount", 0)]
-    assert sql_error(conn, "UPDATE pgmem.memories SET user_id = 'bob' WHERE id = %s", [a1]).sqlstate in ("42501", "PGM08")
+    assert sql_error(conn, insert, ["alice", "inserted directly", vec("direct")]).sqlstate == "42501"
+    for sql, params in TABLE_STATEMENTS:
+        assert sql_error(conn, sql, params).sqlstate == "42501", sql
+    assert sql_error(conn, "UPDATE pgmem.memories SET user_id = 'bob' WHERE id = %s", [a1]).sqlstate == "42501"
     assert snapshot(admin, "bob") == bob_before
     # History is append-only for agents, and the pgmem schema is closed to them.
     for sql in ["UPDATE pgmem.history SET new_content = 'rewritten'", "DELETE FROM pgmem.history",
@@ -244,7 +255,7 @@ def test_bound_gateway_member_is_still_bound(admin, login_role, seeded):
     with connect(admin, role) as conn:
         assert sql_error(conn, "SELECT pgmem.act_as('bob')").sqlstate == "PGM01"
         conn.execute("SET pgmem.user_id = 'bob'")
-        assert rows(conn, "SELECT DISTINCT user_id FROM pgmem.memories") == [("alice",)]
+        assert rows(conn, "SELECT DISTINCT user_id FROM pgmem.memories_view") == [("alice",)]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -253,12 +264,13 @@ def test_bound_gateway_member_is_still_bound(admin, login_role, seeded):
 def test_unbound_agent_login_has_no_identity(admin, login_role, make_memory, seeded):
     role = login_role("pgmem_agent")
     with connect(admin, role) as conn:
-        for sql in ["SELECT count(*) FROM pgmem.memories", "SELECT count(*) FROM pgmem.history",
-                    "SELECT count(*) FROM pgmem.memories_view"]:
+        for sql in ["SELECT count(*) FROM pgmem.memories_view"]:
             assert rows(conn, sql) == [(0,)]
             conn.execute("SET pgmem.user_id = 'alice'")
             assert rows(conn, sql) == [(0,)]
             conn.execute("RESET pgmem.user_id")
+        for sql, params in TABLE_STATEMENTS:
+            assert sql_error(conn, sql, params).sqlstate == "42501", sql
         assert rows(conn, "SELECT pgmem.current_user_id()") == [(None,)]
         assert sql_error(conn, "SELECT pgmem.act_as('alice')").sqlstate == "PGM01"
         for sql, params in [("SELECT * FROM pgmem.get(%s)", [seeded["alice"][0]]),
@@ -314,12 +326,12 @@ def test_gateway_identity_does_not_leak_across_pooled_transactions(admin, login_
     with connect(admin, role) as conn:
         with conn.transaction():
             assert conn.execute("SELECT pgmem.act_as('alice')").fetchone() == ("alice",)
-            assert conn.execute("SELECT count(*) FROM pgmem.memories").fetchone() == (4,)
-        assert rows(conn, "SELECT pgmem.current_user_id(), count(*) FROM pgmem.memories") == [(None, 0)]
+            assert conn.execute("SELECT count(*) FROM pgmem.memories_view").fetchone() == (4,)
+        assert rows(conn, "SELECT pgmem.current_user_id(), count(*) FROM pgmem.memories_view") == [(None, 0)]
         with pytest.raises(ZeroDivisionError), conn.transaction():
             conn.execute("SELECT pgmem.act_as('bob')")
             raise ZeroDivisionError
-        assert rows(conn, "SELECT pgmem.current_user_id(), count(*) FROM pgmem.memories") == [(None, 0)]
+        assert rows(conn, "SELECT pgmem.current_user_id(), count(*) FROM pgmem.memories_view") == [(None, 0)]
         conn.autocommit = False
         conn.execute("SELECT pgmem.act_as('bob')")
         conn.commit()
@@ -379,8 +391,10 @@ def plan_nodes(plan: dict) -> Iterator[dict]:
 def test_policy_evaluates_identity_once_per_statement(admin, bound, alice):
     role, conn = bound
     alice.add_many([f"bulk fact {i}" for i in range(200)])
+    # The API's role reads the tables (agents may not since migration 0007): as pgmem_api, under RLS.
+    admin.execute("SET ROLE pgmem_api")
     for table in ["memories", "history"]:
-        plan = rows(conn, f"EXPLAIN (FORMAT JSON, VERBOSE) SELECT * FROM pgmem.{table}")[0][0]
+        plan = admin.execute(f"EXPLAIN (FORMAT JSON, VERBOSE) SELECT * FROM pgmem.{table}").fetchone()[0]
         plan = plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
         nodes = list(plan_nodes(plan))
         init = [n for n in nodes if n.get("Parent Relationship") == "InitPlan"]
@@ -389,13 +403,15 @@ def test_policy_evaluates_identity_once_per_statement(admin, bound, alice):
             if n.get("Parent Relationship") != "InitPlan":
                 for key in ("Filter", "Index Cond", "Recheck Cond"):
                     assert "current_user_id()" not in n.get(key, ""), (key, n[key])
-    # And at run time: one call for a statement over 200+ rows.
+    admin.execute("RESET ROLE")
+    # And at run time: once per statement over 200+ rows, not once per row (through the view: its own
+    # condition and the policy, each an InitPlan).
     admin.execute(f"ALTER ROLE \"{role}\" SET track_functions = 'all'")
     with connect(admin, role) as fresh, fresh.transaction():
-        assert fresh.execute("SELECT count(*) FROM pgmem.memories").fetchone()[0] >= 200
+        assert fresh.execute("SELECT count(*) FROM pgmem.memories_view").fetchone()[0] >= 200
         calls = fresh.execute("SELECT calls FROM pg_stat_xact_user_functions"
                               " WHERE schemaname = 'pgmem' AND funcname = 'current_user_id'").fetchone()
-        assert calls == (1,)
+        assert calls == (2,)
         fresh.execute("SELECT count(*) FROM pgmem.list('t64', p_limit => 1000)")
         calls = fresh.execute("SELECT calls FROM pg_stat_xact_user_functions"
                               " WHERE schemaname = 'pgmem' AND funcname = 'current_user_id'").fetchone()
@@ -418,14 +434,11 @@ def test_lifecycle_functions_do_not_cross_users(admin, login_role, alice, seeded
             ("SELECT * FROM pgmem.sources(%s)", [made[0].id], []),
             ("SELECT * FROM pgmem.recent_turns('t64', 's1')", [], []),
             ("SELECT * FROM pgmem.pending_turns('t64', 's1')", [], []),
-            ("SELECT count(*) FROM pgmem.turns", [], [(0,)]),
-            ("SELECT count(*) FROM pgmem.memory_sources", [], [(0,)]),
             ("SELECT count(*) FROM pgmem.export_user() r WHERE r ->> 'user_id' <> 'bob'", [], [(0,)]),
             ("SELECT count(*) FROM pgmem.context('t64', 's1', 'secret plan', p_budget_tokens => 5000)"
              " WHERE content LIKE 'alice%%'", [], [(0,)]),
             ("SELECT content FROM pgmem.search('t64', %s::vector, 100, p_as_of => now() + interval '1 day')"
              " WHERE content LIKE 'alice%%'", [vec("alice's secret plan")], []),
-            ("UPDATE pgmem.turns SET consolidated_at = NULL WHERE user_id = 'alice'", [], [("rowcount", 0)]),
         ]
         for sql, params, expected in calls:
             assert rows(gw, sql, params, act_as="bob") == expected, sql

@@ -3,9 +3,11 @@ instead of counting on every call. A stale size may cost speed, never rows: both
 
 from __future__ import annotations
 
+import psycopg
+import pytest
 from pgvector.psycopg import register_vector
 
-from conftest import connect
+from conftest import as_api, connect
 from pgmem.testing import HashEmbedder
 
 EMB = HashEmbedder(64)
@@ -83,9 +85,12 @@ def test_cache_rows_are_private_and_erased(alice, bob, admin, login_role):
     with connect(admin, login_role("pgmem_gateway")) as gw:
         search(gw, 2, threshold=1)
         search(gw, 2, threshold=1, user="bob")
-        with gw.transaction():
+        with pytest.raises(psycopg.Error) as info, gw.transaction():
             gw.execute("SELECT pgmem.act_as('bob')")
-            assert gw.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall() == [("bob",)]
+            gw.execute("SELECT user_id FROM pgmem.tenant_sizes")
+        assert info.value.sqlstate == "42501"  # API only (migration 0007)
+    with as_api(admin, "bob") as api:
+        assert api.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall() == [("bob",)]
     assert sorted(r[0] for r in admin.execute("SELECT user_id FROM pgmem.tenant_sizes").fetchall()) == ["alice", "bob"]
     admin.execute("SELECT * FROM pgmem.erase_user('alice')")
     assert cached(admin, "alice") is None and cached(admin, "bob") == (2, False)

@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+import pytest
 from pgvector.psycopg import register_vector
 
-from conftest import connect
+from conftest import as_api, connect
 from pgmem.client import idle_socket_quiet
 from pgmem.testing import HashEmbedder
 from test_routing_cache import exact, search
@@ -229,16 +230,21 @@ def test_generated_functions_do_not_cross_tenants(alice, bob, admin, login_role)
     alice.add_many([f"memory {i} of alice" for i in range(10)])
     sid = space_id(admin, "t64")
     q = EMB.embed(["memory 3"])[0]
-    with connect(admin, login_role("pgmem_gateway")) as gw:
+    register_vector(admin)
+    with connect(admin, login_role("pgmem_gateway")) as gw:  # internal functions: not callable by gateways (0007)
         register_vector(gw)
-        with gw.transaction():
-            gw.execute("SELECT pgmem.act_as('alice')")
-            rows, ids = gw.execute("SELECT * FROM pgmem._exact_ids('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
-                                   " %s, 3, 100, %s, NULL)", [q, sid]).fetchone()
-            assert rows == 10 and len(ids) == 3
-        with gw.transaction():
-            gw.execute("SELECT pgmem.act_as('bob')")
-            assert gw.execute("SELECT * FROM pgmem._exact_ids('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s,"
-                              " 3, 100, %s, NULL)", [q, sid]).fetchone() == (0, [])
-            assert gw.execute("SELECT pgmem._knn('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s, 10, %s, NULL)",
-                              [q, sid]).fetchone()[0] in (None, [])
+        for fn in ["_exact_ids('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s, 3, 100, %s, NULL)",
+                   "_knn('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s, 10, %s, NULL)"]:
+            with pytest.raises(psycopg.Error) as info, gw.transaction():
+                gw.execute("SELECT pgmem.act_as('alice')")
+                gw.execute(f"SELECT * FROM pgmem.{fn}", [q, sid])
+            assert info.value.sqlstate == "42501", fn
+    with as_api(admin, "alice") as api:
+        rows, ids = api.execute("SELECT * FROM pgmem._exact_ids('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+                                " %s, 3, 100, %s, NULL)", [q, sid]).fetchone()
+        assert rows == 10 and len(ids) == 3
+    with as_api(admin, "bob") as api:
+        assert api.execute("SELECT * FROM pgmem._exact_ids('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s,"
+                           " 3, 100, %s, NULL)", [q, sid]).fetchone() == (0, [])
+        assert api.execute("SELECT pgmem._knn('alice', NULL, NULL, NULL, NULL, NULL, NULL, NULL, %s, 10, %s, NULL)",
+                           [q, sid]).fetchone()[0] in (None, [])

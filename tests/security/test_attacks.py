@@ -1,0 +1,278 @@
+"""Attacks by a login that speaks SQL, one test per family: escalation through definer functions (types
+shadowed in pg_temp, functions planted in public, every definer function called directly), probing other
+tenants through the shared HNSW index, planner statistics, denial of service, forged history, recycled role
+names. Each runs on real LOGIN roles against a database whose schema owner is the superuser (the embedded
+default) and against one whose owner is an ordinary role. docs/security.md is the threat model."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import psycopg
+import pytest
+from secdb import OWNERS, drop_bench, make_bench, vec
+
+SPY = "SPY ran as"
+
+
+@pytest.fixture(params=OWNERS)
+def bench(request, admin):
+    b = make_bench(admin, request.param)
+    yield b
+    drop_bench(b, admin)
+
+
+def spied(err: psycopg.Error | None, login: str) -> bool:
+    """Whether a planted spy ran as anyone but the login itself (its own statements may run its own code)."""
+    if err is None or SPY not in str(err):
+        return False
+    return re.search(rf"{SPY} (\S+)", str(err)).group(1) != login
+
+
+def error_of(conn: psycopg.Connection, sql: str, params=(), act_as: str | None = None) -> psycopg.Error | None:
+    """Run ``sql`` (in a transaction acting for ``act_as`` if given); the error it raised, or None."""
+    try:
+        with conn.transaction():
+            if act_as:
+                conn.execute("SELECT pgmem.act_as(%s)", [act_as])
+            conn.execute(sql, params)
+    except psycopg.Error as exc:
+        return exc
+    return None
+
+
+def plant_spies(conn: psycopg.Connection) -> None:
+    """In the login's own temporary schema: a function that reports the role it runs as, and domains named
+    like the built-in types the API uses whose CHECK calls it. Before migration 0007 definer functions
+    searched pg_temp first (it was not listed in their search_path), so these domains replaced text, uuid,
+    ... inside them and the spy ran as the schema owner."""
+    conn.execute(f"""CREATE FUNCTION pg_temp.spy(anyelement) RETURNS boolean LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION '{SPY} %', current_user; END $$""")
+    # (integer, boolean, bigint, interval are keywords: the parser maps them to pg_catalog's types directly)
+    for typ in ["text", "uuid", "int4", "jsonb", "bool", "timestamptz", "name", "regconfig", "float8", "int8", "bytea"]:
+        conn.execute(f"CREATE DOMAIN pg_temp.{typ} AS pg_catalog.{typ} CHECK (pg_temp.spy(VALUE))")
+    conn.execute("CREATE DOMAIN pg_temp.vector AS pg_catalog.text CHECK (pg_temp.spy(VALUE))")
+    conn.execute("CREATE TEMP TABLE spaces (space_id int, name text)")  # a relation shadow too
+    conn.execute("CREATE TEMP TABLE role_bindings (role_name name, user_id text, role_oid oid)")
+
+
+API_CALLS = [
+    ("SELECT pgmem.current_user_id()", []),
+    ("SELECT * FROM pgmem.space('t3')", []),
+    ("SELECT * FROM pgmem.add('t3', 'planted', %s)", [vec(1, 0, 0)]),
+    ("SELECT * FROM pgmem.add_batch('t3', ARRAY['p1', 'p2'], ARRAY[%s, %s]::vector[])", [vec(1, 1, 0), vec(0, 1, 1)]),
+    ("SELECT * FROM pgmem.search('t3', %s, 5)", [vec(1, 0, 0)]),
+    ("SELECT * FROM pgmem.search('t3', %s, 5, p_filter => '{\"a\": 1}')", [vec(1, 0, 0)]),
+    ("SELECT * FROM pgmem.search_hybrid('t3', 'secret', %s, 5)", [vec(1, 0, 0)]),
+    ("SELECT * FROM pgmem.list('t3')", []),
+    ("SELECT * FROM pgmem.stats()", []),
+    ("SELECT * FROM pgmem.context('t3', 's', 'secret', %s)", [vec(1, 0, 0)]),
+    ("SELECT * FROM pgmem.append_turn('t3', 's', 'user', 'hello')", []),
+    ("SELECT * FROM pgmem.export_user()", []),
+    ("SELECT pgmem.delete_all('t3', p_agent_id => 'nobody')", []),
+    ("SELECT * FROM pgmem.create_space('t9', 'm', 9)", []),
+    ("SELECT * FROM pgmem.set_retention('t3', '30 days')", []),
+    ("SELECT * FROM pgmem.purge()", []),
+    ("SELECT * FROM pgmem.erase_user('bob')", []),
+    ("SELECT pgmem.bind_role(session_user, 'bob')", []),
+]
+
+
+@pytest.mark.parametrize("kind", ["bound", "agent", "gateway"])
+def test_definer_functions_never_run_a_callers_temporary_objects(bench, kind):
+    role = bench.login(kind)
+    with bench.connect(role) as conn:
+        plant_spies(conn)
+        for sql, params in API_CALLS + [("SELECT pgmem.act_as('alice')", [])]:
+            err = error_of(conn, sql, params, act_as="alice" if kind == "gateway" else None)
+            assert not spied(err, role), (sql, str(err))
+        # and the login is still what it was: no SUPERUSER, nothing of another tenant
+        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (False,)
+    # every SECURITY DEFINER function of the schema, called directly by the login with NULL arguments
+    with bench.connect(role) as conn:
+        definers = conn.execute(
+            "SELECT p.oid::regprocedure::text, p.pronargs FROM pg_proc p"
+            " WHERE p.pronamespace = 'pgmem'::regnamespace AND p.prosecdef"
+            " AND has_function_privilege(p.oid, 'EXECUTE') AND p.prorettype <> 'trigger'::regtype").fetchall()
+        assert definers, "the login may execute definer functions"
+        plant_spies(conn)
+        for sig, nargs in definers:
+            name = sig.split("(")[0]
+            err = error_of(conn, f"SELECT {name}({', '.join(['NULL'] * nargs)})")
+            assert not spied(err, role), (sig, str(err))
+
+
+def test_every_function_pins_its_search_path(bench):
+    """pg_temp last and never public, for every function of the schema (generated ones included); the one
+    exception, pgmem._expiry, is an expression over pg_catalog's exact matches, inlined by the planner."""
+    rows = bench.admin.execute(
+        "SELECT p.oid::regprocedure::text, p.proconfig, p.prosrc FROM pg_proc p"
+        " WHERE p.pronamespace = 'pgmem'::regnamespace").fetchall()
+    assert len(rows) > 50
+    for sig, config, src in rows:
+        if sig.startswith("pgmem._expiry("):
+            assert config is None
+            assert src.strip() == "SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::timestamptz)"
+            continue
+        assert config and "search_path=pg_catalog, pgmem, pg_temp" in config, (sig, config)
+
+
+def test_planted_functions_in_public_never_run_inside_anothers_calls(bench):
+    """Where PUBLIC may create in schema public (the default before PostgreSQL 15), an attacker plants
+    exact-match overloads of functions the API calls; a victim's API calls must never run them."""
+    bench.admin.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    try:
+        attacker = bench.login("agent")
+        with bench.connect(attacker) as conn:
+            body = f"BEGIN RAISE EXCEPTION '{SPY} % for %', current_user, session_user; END"
+            for args in ["text, text", "text, integer", "text, text, text", "text, integer, text",
+                         "text, text, integer", "text, integer, integer", "text, text, text, text"]:
+                conn.execute(f"CREATE FUNCTION public.format({args}) RETURNS text LANGUAGE plpgsql AS $${body}$$")
+            for fn in ["length(text)", "strpos(text, text)", "char_length(text)", "octet_length(text)"]:
+                conn.execute(f"CREATE FUNCTION public.{fn.split('(')[0]}({fn.split('(')[1]} RETURNS integer"
+                             f" LANGUAGE plpgsql AS $${body}$$")
+        victim = bench.login("gateway")
+        with bench.connect(victim) as conn:
+            conn.execute("SET search_path = public, pg_catalog")  # a victim's own path, planted schema first
+            for sql, params in API_CALLS:
+                err = error_of(conn, sql, params, act_as="alice")
+                assert err is None or SPY not in str(err), (sql, str(err))  # no planted code runs at all
+    finally:
+        for sig in bench.admin.execute("SELECT p.oid::regprocedure::text FROM pg_proc p"
+                                       " WHERE p.pronamespace = 'public'::regnamespace AND p.prosrc LIKE %s",
+                                       [f"%{SPY}%"]).fetchall():
+            bench.admin.execute(f"DROP FUNCTION {sig[0]}")
+        bench.admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+
+
+@pytest.mark.parametrize("kind", ["bound", "agent", "gateway", "nothing"])
+def test_no_login_reads_or_locks_a_table(bench, kind):
+    """API only: the shared HNSW index cannot be scanned (and EXPLAIN ANALYZE's rows removed by the RLS filter
+    cannot be read), no table can be locked, truncated or written, by any kind of login."""
+    role = bench.login(kind)
+    tables = [r[0] for r in bench.admin.execute(
+        "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind = 'r'")]
+    assert "pgmem.memories" in tables
+    with bench.connect(role) as conn:
+        for table in tables:
+            for sql in [f"SELECT * FROM {table} LIMIT 1", f"EXPLAIN ANALYZE SELECT * FROM {table}",
+                        f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE", f"LOCK TABLE {table} IN ACCESS SHARE MODE",
+                        f"TRUNCATE {table}", f"DELETE FROM {table}", f"UPDATE {table} SET user_id = user_id"
+                        if table != "pgmem.spaces" else "UPDATE pgmem.spaces SET name = name"]:
+                err = error_of(conn, sql, act_as="alice" if kind == "gateway" else None)
+                assert err is not None and err.sqlstate == "42501", (sql, err)
+        probe = ("EXPLAIN (ANALYZE, FORMAT JSON) SELECT id FROM pgmem.memories"
+                 " ORDER BY embedding <=> '[1, 0, 0]' LIMIT 1")
+        assert error_of(conn, probe, act_as="alice" if kind == "gateway" else None).sqlstate == "42501"
+        if kind != "nothing":
+            # The view for people at psql shows no embedding to order by.
+            cols = [r[0] for r in conn.execute("SELECT attname FROM pg_attribute WHERE attrelid ="
+                                               " 'pgmem.memories_view'::regclass AND attnum > 0")]
+            assert "embedding" not in cols and "content" in cols
+
+
+def test_planner_statistics_reveal_no_tenant(bench):
+    admin = bench.admin
+    gw = bench.login("gateway")
+    with bench.connect(gw) as conn, conn.transaction():
+        conn.execute("SELECT pgmem.act_as('bob')")
+        conn.execute("SELECT * FROM pgmem.add_batch('t3', ARRAY(SELECT 'bob fact ' || i FROM generate_series(1, 300) i),"
+                     " ARRAY(SELECT ('[1,' || i || ',1]')::vector FROM generate_series(1, 300) i))")
+    admin.execute("ANALYZE")
+    tenant = ["memories", "history", "memory_vectors", "turns", "memory_sources", "tenant_sizes", "role_bindings"]
+    assert admin.execute("SELECT count(*) FROM pg_stats WHERE schemaname = 'pgmem' AND tablename = ANY(%s)",
+                         [tenant]).fetchone() == (0,)
+    # What EXPLAIN tells a tenant about a user it names is the same for a user with 302 rows and for nobody.
+    with bench.connect(gw) as conn, conn.transaction():
+        conn.execute("SELECT pgmem.act_as('alice')")
+        est = {}
+        for who in ["bob", "nobody"]:
+            plan = conn.execute("EXPLAIN (FORMAT JSON) SELECT * FROM pgmem.memories_view WHERE user_id = %s",
+                                [who]).fetchone()[0]
+            plan = plan if isinstance(plan, list) else json.loads(plan)
+            est[who] = plan[0]["Plan"]["Plan Rows"]
+        assert est["bob"] == est["nobody"]
+
+
+def test_sizes_and_filters_are_bounded_in_sql(bench):
+    """SQL refuses what would cost every tenant: a huge text before its full-text vector is built, huge
+    metadata, filters of thousands of conditions; nothing is written."""
+    gw = bench.login("gateway")
+    before = bench.admin.execute("SELECT count(*) FROM pgmem.memories").fetchone()
+    with bench.connect(gw) as conn:
+        big = json.dumps({"k": "x" * (10 * 1024 * 1024)})
+        err = error_of(conn, "SELECT * FROM pgmem.add('t3', 'big metadata', %s, p_metadata => %s::jsonb)",
+                       [vec(1, 0, 0), big], act_as="alice")
+        assert err is not None and err.sqlstate == "PGM08" and "65536" in str(err)
+        err = error_of(conn, "SELECT * FROM pgmem.add('t3', repeat('word ', 2000000), %s)", [vec(1, 0, 0)], act_as="alice")
+        assert err is not None and err.sqlstate == "PGM08" and "100000" in str(err)
+        flt = json.dumps({"$or": [{"k": i} for i in range(4000)]})
+        for sql in ["SELECT * FROM pgmem.search('t3', %s, 5, p_filter => %s::jsonb)",
+                    "SELECT * FROM pgmem.list('t3', p_filter => %s::jsonb)",
+                    "SELECT pgmem.delete_all('t3', p_filter => %s::jsonb)"]:
+            params = [vec(1, 0, 0), flt] if "search" in sql else [flt]
+            err = error_of(conn, sql, params, act_as="alice")
+            assert err is not None and err.sqlstate == "PGM07" and "256" in str(err), sql
+        ok = json.dumps({"$or": [{"k": i} for i in range(50)]})
+        assert error_of(conn, "SELECT * FROM pgmem.list('t3', p_filter => %s::jsonb)", [ok], act_as="alice") is None
+    assert bench.admin.execute("SELECT count(*) FROM pgmem.memories").fetchone() == before
+
+
+def test_history_trusts_nothing_a_caller_sets(bench):
+    admin = bench.admin
+    gw = bench.login("gateway")
+    with bench.connect(gw) as conn, conn.transaction():
+        conn.execute("SELECT pgmem.act_as('alice')")
+        # suppress the ADD (ERASE) and name another actor
+        conn.execute("SET LOCAL pgmem.event = 'ERASE'")
+        conn.execute("SET LOCAL pgmem.actor = 'mallory'")
+        one = conn.execute("SELECT id FROM pgmem.add('t3', 'added under ERASE', %s, p_agent_id => 'planner')",
+                           [vec(0, 0, 1)]).fetchone()[0]
+        two = conn.execute("SELECT id FROM pgmem.add_batch('t3', ARRAY['batch under ERASE'], ARRAY[%s]::vector[],"
+                           " p_agent_ids => ARRAY['planner'])", [vec(0, 1, 1)]).fetchone()[0]
+        # a delete recorded as an expiry (a tombstone without the content), an update as an edit
+        conn.execute("SET LOCAL pgmem.event = 'EXPIRE'")
+        conn.execute("SELECT pgmem.delete(%s, 'planner')", [one])
+        conn.execute("SET LOCAL pgmem.event = 'EDIT'")
+        conn.execute("SELECT * FROM pgmem.update(%s, p_metadata => '{\"x\": 1}', p_agent_id => 'planner')", [two])
+    hist = admin.execute("SELECT memory_id, event, actor_agent_id, old_content IS NOT NULL FROM pgmem.history"
+                         " WHERE memory_id = ANY(%s) ORDER BY event_id", [[one, two]]).fetchall()
+    assert hist == [(one, "ADD", "planner", False), (two, "ADD", "planner", False),
+                    (one, "DELETE", "planner", True), (two, "UPDATE", "planner", True)]
+    # and no login may write history or memories around the API
+    with bench.connect(gw) as conn:
+        for sql in ["UPDATE pgmem.memories SET content = 'x'", "INSERT INTO pgmem.history (user_id, memory_id, event)"
+                    " VALUES ('alice', gen_random_uuid(), 'ADD')", "DELETE FROM pgmem.history"]:
+            assert error_of(conn, sql, act_as="alice").sqlstate == "42501", sql
+
+
+def test_a_binding_does_not_pass_to_a_new_role_of_the_same_name(bench):
+    role = bench.login("bound")
+    with bench.connect(role) as conn:
+        assert conn.execute("SELECT pgmem.current_user_id()").fetchone() == ("alice",)
+    bench.admin.execute(f'DROP ROLE "{role}"')
+    bench.admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    bench.admin.execute(f'GRANT pgmem_agent TO "{role}"')
+    with bench.connect(role) as conn:
+        assert conn.execute("SELECT pgmem.current_user_id()").fetchone() == (None,)
+        assert error_of(conn, "SELECT * FROM pgmem.list('t3')").sqlstate == "PGM01"
+        assert conn.execute("SELECT count(*) FROM pgmem.memories_view").fetchone() == (0,)
+        assert error_of(conn, "SELECT pgmem.act_as('alice')").sqlstate == "PGM01"
+
+
+def test_row_level_security_still_decides_inside_the_api(bench):
+    """Defence in depth: the API's own role reads under RLS (no BYPASSRLS), so a function that forgot its
+    user condition would still see one tenant only. Checked as pgmem_api itself."""
+    assert bench.admin.execute("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = 'pgmem_api'").fetchone() == (False,)
+    with bench.admin.transaction():
+        bench.admin.execute("SET LOCAL ROLE pgmem_api")
+        bench.admin.execute("SELECT set_config('pgmem.user_id', 'alice', true)")
+        assert bench.admin.execute("SELECT DISTINCT user_id FROM pgmem.memories").fetchall() == [("alice",)]
+        assert bench.admin.execute("UPDATE pgmem.memories SET metadata = '{}' WHERE user_id = 'bob'").rowcount == 0
+    owners = dict(bench.admin.execute(
+        "SELECT p.proname, pg_get_userbyid(p.proowner) FROM pg_proc p WHERE p.pronamespace = 'pgmem'::regnamespace"
+        " AND p.proname IN ('add', 'search', 'search_hybrid', 'list', 'get', 'export_user', 'create_space', 'act_as')"))
+    assert {k for k, v in owners.items() if v == "pgmem_api"} == {"add", "search", "search_hybrid", "list", "get",
+                                                                   "export_user"}
+    assert re.fullmatch(r"postgres|owner_\w+", owners["create_space"]) and owners["act_as"] == owners["create_space"]
