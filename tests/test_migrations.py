@@ -263,3 +263,74 @@ def test_0003_upgrades_data_written_under_0002_and_rolls_back(new_db):
             assert conn.execute("SELECT content FROM pgmem.search('t3', '[0,0,1]', 1)").fetchone() == ("new fact",)
         assert conn.execute("SELECT count(*) FROM pg_class WHERE relname = 'turns'").fetchone() == (0,)
     assert migrations.migrate(dsn) == later
+
+
+def _apply_up_to(dsn: str, last: str) -> None:
+    """Apply the repository's migrations up to and including ``last`` (yoyo's order)."""
+    from yoyo import get_backend, read_migrations
+
+    backend = get_backend(migrations.yoyo_url(dsn))
+    everything = read_migrations(str(SQL_DIR))
+    with backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(type(everything)([m for m in everything if m.id <= last])))
+
+
+def _full_dump(dsn: str) -> str:
+    """pg_dump of schema pgmem with owners and privileges (grants, ACLs, ownership all compared)."""
+    from pgmem import server
+
+    if one(dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgmem'") == 0:
+        return ""  # before 0002 there is no schema (pg_dump refuses a pattern that matches nothing)
+    proc = subprocess.run([str(server.bin_dir() / "pg_dump"), "--schema-only", "--schema=pgmem", f"--dbname={dsn}"],
+                          capture_output=True, text=True, check=True)
+    return re.sub(r"^\\(un)?restrict .*$", "", proc.stdout, flags=re.M)
+
+
+@pytest.mark.parametrize("n", range(2, len(migration_ids()) + 1))
+def test_rolling_back_one_step_gives_the_previous_schema(new_db, n):
+    """For every migration N: migrating to N then rolling back one step equals migrating to N-1 (pg_dump with
+    owners and privileges)."""
+    ids = migration_ids()
+    before, after = dsn_for(new_db()), dsn_for(new_db())
+    _apply_up_to(before, ids[n - 2])
+    _apply_up_to(after, ids[n - 1])
+    assert migrations.rollback(after, 1) == [ids[n - 1]]
+    expected, got = _full_dump(before), _full_dump(after)
+    if ids[n - 1] == "0003.pgmem-lifecycle":
+        # Released, so left as it is: 0003's rollback restores the view under 0003's comment, not 0002's.
+        got = got.replace("'The current user''s live memories that hold now: SET pgmem.user_id",
+                          "'The current user''s live memories, newest age last: SET pgmem.user_id")
+    if expected != got:
+        diff = "".join(difflib.unified_diff(expected.splitlines(keepends=True), got.splitlines(keepends=True),
+                                            fromfile=f"migrated to {ids[n - 2]}", tofile=f"{ids[n - 1]} rolled back"))
+        pytest.fail(diff[:20000], pytrace=False)
+
+
+def test_0007_upgrades_a_populated_0006_database_and_rolls_back(new_db, login_role):
+    """Data and bindings written under 0006 keep working under API-only access: a bound login still acts as
+    its user (binding moved to the role's OID), history continues, no table is readable any more, and
+    rolling back gives agents their table privileges again."""
+    dsn = dsn_for(new_db())
+    _apply_up_to(dsn, "0006.pgmem-exact-plans")
+    agent = login_role("pgmem_agent")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgmem.create_space('t3', 'm', 3)")
+        conn.execute("SELECT pgmem.bind_role(%s, 'alice')", [agent])
+        with conn.transaction():
+            conn.execute("SELECT pgmem.act_as('alice')")
+            conn.execute("SELECT * FROM pgmem.add('t3', 'written under 0006', '[1,0,0]', p_agent_id => 'old')")
+    assert migrations.migrate(dsn) == ["0007.pgmem-api-only"]
+    agent_dsn = dsn_for(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"], user=agent)
+    with psycopg.connect(agent_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT pgmem.current_user_id()").fetchone() == ("alice",)
+        assert [r[0] for r in conn.execute("SELECT content FROM pgmem.search('t3', '[1,0,0]', 5)")] == ["written under 0006"]
+        conn.execute("SELECT * FROM pgmem.add('t3', 'written under 0007', '[0,1,0]', p_agent_id => 'new')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT count(*) FROM pgmem.memories")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT event, actor_agent_id FROM pgmem.history ORDER BY event_id").fetchall() == [
+            ("ADD", "old"), ("ADD", "new")]
+    assert migrations.rollback(dsn, 1) == ["0007.pgmem-api-only"]
+    with psycopg.connect(agent_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT pgmem.current_user_id()").fetchone() == ("alice",)
+        assert conn.execute("SELECT count(*) FROM pgmem.memories").fetchone() == (2,)
