@@ -1624,11 +1624,11 @@ BEGIN
         END IF;
         v_space := pgmem._checked_space(v_row ->> 'space', (v_row ->> 'embedding')::public.vector, NULL);
         INSERT INTO pgmem.memories AS m (user_id, id, space_id, agent_id, session_id, content, embedding, metadata, created_at,
-                                         expires_at, valid_from, valid_to, superseded_by)
+                                         expires_at, valid_from, valid_to, superseded_by, version)
         VALUES (v_user, (v_row ->> 'id')::uuid, v_space.space_id, v_row ->> 'agent_id', v_row ->> 'session_id', v_row ->> 'content',
                 (v_row ->> 'embedding')::public.vector, coalesce(v_row -> 'metadata', '{}'), (v_row ->> 'created_at')::timestamptz,
                 (v_row ->> 'expires_at')::timestamptz, (v_row ->> 'valid_from')::timestamptz, (v_row ->> 'valid_to')::timestamptz,
-                (v_row ->> 'superseded_by')::uuid)
+                (v_row ->> 'superseded_by')::uuid, coalesce((v_row ->> 'version')::integer, 1))
         ON CONFLICT DO NOTHING
         RETURNING m.id INTO v_id;
         IF v_id IS NULL THEN
@@ -1665,6 +1665,11 @@ DECLARE
     v_row pgmem.memories := pgmem._lock_current(v_user, p_id);
     v_at timestamptz := coalesce(p_valid_to, now());
 BEGIN
+    IF v_at > now() + interval '5 seconds' THEN
+        RAISE EXCEPTION 'valid_to % is in the future: a fact stops holding now or at a time past', v_at USING ERRCODE = 'PGM08',
+            HINT = 'For a memory that should disappear later, set its expires_at.';
+    END IF;
+    v_at := least(v_at, now());
     IF v_at < v_row.valid_from THEN
         RAISE EXCEPTION 'a fact cannot stop holding at %, before it began (%)', v_at, v_row.valid_from USING ERRCODE = 'PGM08';
     END IF;
@@ -1837,6 +1842,9 @@ BEGIN
     IF p_min_similarity IS NOT NULL AND (p_min_similarity < -1 OR p_min_similarity > 1 OR p_min_similarity = 'NaN') THEN
         RAISE EXCEPTION 'min_similarity must be in [-1, 1], got %', p_min_similarity USING ERRCODE = 'PGM08';
     END IF;
+    -- A tolerance of 1e-5: pgvector computes cosine in float4, so a vector and a multiple of it can score
+    -- 0.99999996 (x1000) and min_similarity = 1.0 would drop exactly parallel vectors.
+    p_min_similarity := p_min_similarity - 1e-5;
 
     -- Routing. A shared HNSW index post-filters: for a tenant (or filter) holding a small share of the
     -- space it returns too few rows. So count the matching rows, capped, and scan them exactly when few.
@@ -2208,6 +2216,12 @@ BEGIN
     IF p_metadata IS NOT NULL AND jsonb_typeof(p_metadata) <> 'object' THEN
         RAISE EXCEPTION 'metadata must be a JSON object' USING ERRCODE = 'PGM08';
     END IF;
+    -- A client's clock may run a little ahead of the server's: up to 5 seconds counts as now.
+    IF v_at > now() + interval '5 seconds' THEN
+        RAISE EXCEPTION 'valid_from % is in the future: a fact holds from now or from a time past', v_at USING ERRCODE = 'PGM08',
+            HINT = 'Supersede when the change happens; until then both facts would be hidden from search, list and context.';
+    END IF;
+    v_at := least(v_at, now());
     IF v_at < v_old.valid_from THEN
         RAISE EXCEPTION 'the new fact cannot hold from % , before the old one began (%)', v_at, v_old.valid_from USING ERRCODE = 'PGM08';
     END IF;
