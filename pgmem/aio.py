@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 
 from .client import (
+    AS_LOGIN,
     DEFAULT_SPACE,
     GATEWAY_ROLE,
     AddResult,
@@ -189,8 +190,18 @@ class AsyncMemory(MemoryBase):
                 yield c
 
     async def _rows(self, name: str, params: dict[str, Any], conn: psycopg.AsyncConnection | None = None,
-                    row_factory: Any = dict_row) -> list[Any]:
-        # As Memory._rows: a pooled connection runs the call as one statement (pgmem.as_user, migration 0004).
+                    row_factory: Any = dict_row, as_login: bool = False) -> list[Any]:
+        # As Memory._rows: as_login runs the schema owner's calls as the login itself (SET LOCAL ROLE NONE);
+        # otherwise a pooled connection runs the call as one statement (pgmem.as_user, migration 0004).
+        if as_login and conn is None:
+            try:
+                async with self._connection(None) as c, c.transaction():
+                    await c.execute(AS_LOGIN)
+                    async with c.cursor(row_factory=row_factory) as cur:
+                        await cur.execute(query(name), params)
+                        return await cur.fetchall()
+            except psycopg.Error as exc:
+                raise from_psycopg(exc) from exc
         if conn is None:
             sql = query(name) if self.user_id is None else query_as_user(name)
             if sql is not None:
@@ -387,9 +398,9 @@ class AsyncMemory(MemoryBase):
     # --- retention, purge, erasure, export --------------------------------------------------------------------
     async def set_retention(self, memory_ttl: timedelta | float | None, turn_ttl: timedelta | float | None = None, *,
                             conn: psycopg.AsyncConnection | None = None) -> Space:
-        """As :meth:`pgmem.Memory.set_retention`."""
+        """As :meth:`pgmem.Memory.set_retention` (the schema owner's, run as the login itself)."""
         await self.space(conn=conn)
-        row = (await self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn))[0]
+        row = (await self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn, as_login=True))[0]
         self._space = None
         return _row(Space, row)
 

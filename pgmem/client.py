@@ -44,6 +44,8 @@ from .queries import query, query_as_user
 
 DEFAULT_SPACE = "default"
 GATEWAY_ROLE = "pgmem_gateway"
+# Back to the login role for the rest of one transaction (the schema owner's calls, e.g. set_retention).
+AS_LOGIN = "SET LOCAL ROLE NONE"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -981,7 +983,16 @@ class Memory(MemoryBase):
                 yield c
 
     def _rows(self, name: str, params: dict[str, Any], conn: psycopg.Connection | None = None,
-              row_factory: Any = dict_row) -> list[Any]:
+              row_factory: Any = dict_row, as_login: bool = False) -> list[Any]:
+        # as_login: the schema owner's calls (set_retention) run as the login itself on a pooled connection,
+        # not as the role this client switched to: one transaction beginning with SET LOCAL ROLE NONE.
+        if as_login and conn is None:
+            try:
+                with self.pool.connection() as c, c.transaction():
+                    c.execute(AS_LOGIN)
+                    return c.cursor(row_factory=row_factory).execute(query(name), params).fetchall()
+            except psycopg.Error as exc:
+                raise from_psycopg(exc) from exc
         # A pooled connection runs the call as one statement in autocommit mode, the identity set by
         # pgmem.as_user around its first argument (migration 0004): a statement is its own transaction, as
         # every pgmem function is. BEGIN, act_as, the call and COMMIT cost 0.7-1.2 ms more (FINDINGS.md S8).
@@ -1217,9 +1228,12 @@ class Memory(MemoryBase):
                       conn: psycopg.Connection | None = None) -> Space:
         """Set this space's time-to-live of memories (None: keep them) and, if given, of turns (default 7 days);
         a number is seconds. Applies at once to every memory and turn without its own ``expires_at``, counted
-        from its ``created_at``. Needs the schema owner or a gateway role (IdentityError otherwise)."""
+        from its ``created_at``. A space's retention applies to every user of the space, so it is the schema
+        owner's (a superuser's) to set, since migration 0008: on this client's own connections the call runs as
+        the login itself, not as the role the client switched to (the embedded server's superuser acts as
+        pgmem_gateway). Raises PermissionDenied for other logins."""
         self.space(conn=conn)
-        row = self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn)[0]
+        row = self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn, as_login=True)[0]
         self._space = None
         return _row(Space, row)
 

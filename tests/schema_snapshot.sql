@@ -79,7 +79,9 @@ DECLARE
 BEGIN
     -- Two sessions creating spaces at once would otherwise both replace the function ("tuple concurrently
     -- updated").
-    PERFORM pg_advisory_xact_lock(hashtext('pgmem._build_knn'));
+    -- (Serialised on a table lock only the schema owner can take: an advisory lock, which any role can take,
+    -- let a login stall every space creation and, behind it, every tenant's writes.)
+    LOCK TABLE pgmem.spaces IN SHARE ROW EXCLUSIVE MODE;
     FOR v_space IN SELECT * FROM pgmem.spaces s WHERE s.index_kind <> 'exact' ORDER BY s.space_id LOOP
         v_scope := (pgmem._scope_sql(v_space.space_id, NULL::jsonb, NULL::timestamptz)).o_sql;
         v_test := format('p_space_id = %s AND p_ttl IS NOT DISTINCT FROM %L::interval', v_space.space_id, v_space.memory_ttl);
@@ -382,7 +384,7 @@ COMMENT ON FUNCTION pgmem._expire_conflicts(p_user text, p_space pgmem.spaces, p
 
 CREATE FUNCTION pgmem._expiry(p_expires_at timestamp with time zone, p_created_at timestamp with time zone, p_ttl interval) RETURNS timestamp with time zone
     LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$ SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::timestamptz) $$;
+    AS $$ SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::pg_catalog.timestamptz) $$;
 
 COMMENT ON FUNCTION pgmem._expiry(p_expires_at timestamp with time zone, p_created_at timestamp with time zone, p_ttl interval) IS 'Internal: effective expiry of a memory or turn: its own expires_at, else created_at + the space''s TTL, else infinity.';
 
@@ -653,7 +655,7 @@ BEGIN
         SELECT s.memory_ttl INTO v_ttl FROM pgmem.spaces s WHERE s.space_id = OLD.space_id;
         IF pgmem._expiry(OLD.expires_at, OLD.created_at, v_ttl) <= now() THEN
             INSERT INTO pgmem.history (user_id, memory_id, event, actor_agent_id)
-            VALUES (OLD.user_id, OLD.id, 'EXPIRE', v_actor);
+            VALUES (OLD.user_id, OLD.id, 'EXPIRE', NULL);  -- expiry is no agent's act
         ELSE
             INSERT INTO pgmem.history (user_id, memory_id, event, old_content, old_metadata, actor_agent_id)
             VALUES (OLD.user_id, OLD.id, 'DELETE', OLD.content, OLD.metadata, v_actor);
@@ -697,6 +699,31 @@ END
 $$;
 
 COMMENT ON FUNCTION pgmem._memory_vectors_before_insert() IS 'Trigger: an extra vector has its memory''s dimensions and a cosine similarity.';
+
+CREATE FUNCTION pgmem._occurrences_up_to(p_haystack text, p_needle text, p_cap integer) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
+    AS $$
+DECLARE
+    v_count integer := 0;
+    v_pos integer;
+    v_rest text := p_haystack;
+BEGIN
+    IF p_needle = '' THEN
+        RAISE EXCEPTION 'the text to count must not be empty' USING ERRCODE = 'PGM08';
+    END IF;
+    LOOP
+        v_pos := strpos(v_rest, p_needle);
+        EXIT WHEN v_pos = 0;
+        v_count := v_count + 1;
+        EXIT WHEN v_count >= p_cap;
+        v_rest := substr(v_rest, v_pos + 1);
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem._occurrences_up_to(p_haystack text, p_needle text, p_cap integer) IS 'Internal: the number of occurrences (overlapping ones count) of p_needle in p_haystack, at most p_cap.';
 
 CREATE FUNCTION pgmem._require_maintainer(p_what text) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -1310,6 +1337,7 @@ COMMENT ON FUNCTION pgmem.count_occurrences(p_haystack text, p_needle text) IS '
 CREATE FUNCTION pgmem.create_space(p_name text, p_model text, p_dims integer, p_distance text DEFAULT 'cosine'::text, p_hnsw_m integer DEFAULT 16, p_hnsw_ef_construction integer DEFAULT 64, p_text_config regconfig DEFAULT 'english'::regconfig) RETURNS pgmem.spaces
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
+    SET lock_timeout TO '5s'
     AS $_$
 DECLARE
     v_space pgmem.spaces;
@@ -1339,6 +1367,13 @@ BEGIN
        OR p_hnsw_ef_construction < 2 * p_hnsw_m THEN
         RAISE EXCEPTION 'HNSW needs 2 <= m <= 100 and 2*m <= ef_construction <= 1000' USING ERRCODE = 'PGM08';
     END IF;
+    -- Only pg_catalog's configurations: one in a temporary (or a droppable) schema broke the space for every
+    -- tenant once its session ended, and tokenised their text with the creator's rules meanwhile.
+    IF (SELECT c.cfgnamespace FROM pg_catalog.pg_ts_config c WHERE c.oid = coalesce(p_text_config, 'english'))
+       <> 'pg_catalog'::regnamespace THEN
+        RAISE EXCEPTION 'text search configuration % is not one of pg_catalog''s', p_text_config USING ERRCODE = 'PGM08',
+            HINT = 'SELECT cfgname FROM pg_ts_config WHERE cfgnamespace = ''pg_catalog''::regnamespace lists them.';
+    END IF;
     -- pgvector's HNSW indexes vector up to 2,000 dimensions and halfvec up to 4,000; above that, exact scan.
     v_kind := CASE WHEN p_dims <= 2000 THEN 'hnsw_vector' WHEN p_dims <= 4000 THEN 'hnsw_halfvec' ELSE 'exact' END;
     INSERT INTO pgmem.spaces (name, model, dims, distance, text_config, index_kind, hnsw_m, hnsw_ef_construction)
@@ -1353,6 +1388,8 @@ BEGIN
                        v_space.space_id, p_dims, p_hnsw_m, p_hnsw_ef_construction, v_space.space_id);
     END IF;
     IF v_kind <> 'exact' THEN
+        -- The index keeps no statistics of the embeddings (every tenant's vectors).
+        EXECUTE format('ALTER INDEX pgmem.memories_space_%s_hnsw ALTER COLUMN 1 SET STATISTICS 0', v_space.space_id);
         PERFORM pgmem._build_knn();  -- the new space's HNSW statement, planned once per connection
     END IF;
     RETURN v_space;
@@ -1453,11 +1490,12 @@ BEGIN
     IF p_expected_version IS NOT NULL AND p_expected_version <> v_row.version THEN
         RAISE EXCEPTION 'memory % is at version %, not %', p_id, v_row.version, p_expected_version USING ERRCODE = 'PGM04';
     END IF;
-    v_count := pgmem.count_occurrences(v_row.content, p_needle);
+    v_count := pgmem._occurrences_up_to(v_row.content, p_needle, 100);
     IF v_count = 0 THEN
         RAISE EXCEPTION 'the text to replace does not occur in memory %', p_id USING ERRCODE = 'PGM06';
     ELSIF v_count > 1 THEN
-        RAISE EXCEPTION 'the text to replace occurs % times in memory % (overlapping occurrences count); give a longer, unique text', v_count, p_id
+        RAISE EXCEPTION 'the text to replace occurs % times in memory % (overlapping occurrences count); give a longer, unique text',
+            CASE WHEN v_count >= 100 THEN 'at least 100' ELSE v_count::text END, p_id
             USING ERRCODE = 'PGM05';
     END IF;
     v_first := strpos(v_row.content, p_needle);
@@ -2112,6 +2150,7 @@ COMMENT ON FUNCTION pgmem.session_tail(p_space text, p_session_id text, p_n inte
 CREATE FUNCTION pgmem.set_retention(p_space text, p_memory_ttl interval, p_turn_ttl interval DEFAULT NULL::interval) RETURNS pgmem.spaces
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
+    SET lock_timeout TO '5s'
     AS $$
 DECLARE
     v_space pgmem.spaces := pgmem.space(p_space);
@@ -2129,7 +2168,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION pgmem.set_retention(p_space text, p_memory_ttl interval, p_turn_ttl interval) IS 'Schema owner and gateways: a space''s default time-to-live of memories (NULL: keep until deleted) and of turns (NULL: unchanged). Applies at once to every memory and turn without its own expires_at, counted from its created_at.';
+COMMENT ON FUNCTION pgmem.set_retention(p_space text, p_memory_ttl interval, p_turn_ttl interval) IS 'Schema owner only (a space''s TTL applies to every user of it): a space''s default time-to-live of memories (NULL: keep until deleted) and of turns (NULL: unchanged). Applies at once to every memory and turn without its own expires_at, counted from its created_at.';
 
 CREATE FUNCTION pgmem.sources(p_id uuid) RETURNS TABLE(turn_id bigint, session_id text, role text, content text, created_at timestamp with time zone)
     LANGUAGE plpgsql STABLE SECURITY DEFINER

@@ -113,7 +113,7 @@ def test_every_function_pins_its_search_path(bench):
     for sig, config, src in rows:
         if sig.startswith("pgmem._expiry("):
             assert config is None
-            assert src.strip() == "SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::timestamptz)"
+            assert src.strip() == "SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::pg_catalog.timestamptz)"
             continue
         assert config and "search_path=pg_catalog, pgmem, pg_temp" in config, (sig, config)
 
@@ -276,3 +276,83 @@ def test_row_level_security_still_decides_inside_the_api(bench):
     assert {k for k, v in owners.items() if v == "pgmem_api"} == {"add", "search", "search_hybrid", "list", "get",
                                                                    "export_user"}
     assert re.fullmatch(r"postgres|owner_\w+", owners["create_space"]) and owners["act_as"] == owners["create_space"]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Found by a review of 0007 as an attacker with psql (fixed in 0008)
+# --------------------------------------------------------------------------------------------------------
+def test_no_login_can_hold_the_lock_that_space_creation_waits_for(bench):
+    """_build_knn serialised on an advisory lock any role could take; a space being created then held its
+    lock on pgmem.memories while waiting, and every tenant's writes queued behind it."""
+    squatter = bench.login("nothing")
+    gw = bench.login("gateway")
+    with bench.connect(squatter) as sq:
+        sq.execute("SELECT pg_advisory_lock(hashtext('pgmem._build_knn'))")
+        with bench.connect(gw) as conn:
+            conn.execute("SET statement_timeout = '10s'")
+            conn.execute("SELECT * FROM pgmem.create_space('t4', 'm', 4)")  # does not wait for the squatter
+        with bench.connect(bench.login("bound")) as agent:
+            agent.execute("SET statement_timeout = '5s'")
+            agent.execute("SELECT * FROM pgmem.add('t3', 'still writable', %s)", [vec(1, 2, 3)])
+
+
+def test_space_creation_gives_up_instead_of_blocking_every_tenant(bench):
+    """create_space waits at most lock_timeout (5 s) for an open transaction on memories, so tenants'
+    writes do not queue behind it for as long as some transaction stays open."""
+    holder, gw = bench.login("bound"), bench.login("gateway")
+    with bench.connect(holder) as h, h.transaction():
+        h.execute("SELECT * FROM pgmem.add('t3', 'held open', %s)", [vec(3, 2, 1)])
+        with bench.connect(gw) as conn:
+            err = error_of(conn, "SELECT * FROM pgmem.create_space('t5', 'm', 5)")
+            assert err is not None and err.sqlstate == "55P03", err  # lock_not_available
+
+
+def test_retention_of_a_shared_space_is_the_owners(bench):
+    """A space-wide TTL applies to every tenant at once: a gateway setting 1 microsecond made everyone's
+    memories expire. Only the schema owner sets retention."""
+    gw = bench.login("gateway")
+    with bench.connect(gw) as conn:
+        err = error_of(conn, "SELECT * FROM pgmem.set_retention('t3', '1 microsecond')")
+        assert err is not None and err.sqlstate == "42501"
+    with psycopg.connect(bench.dsn(bench.owner), autocommit=True) as owner:
+        owner.execute("SELECT * FROM pgmem.set_retention('t3', '30 days')")
+
+
+def test_a_space_names_only_a_text_search_configuration_of_pg_catalog(bench):
+    gw = bench.login("gateway")
+    with bench.connect(gw) as conn:
+        conn.execute("CREATE TEXT SEARCH CONFIGURATION pg_temp.evil (COPY = pg_catalog.simple)")
+        err = error_of(conn, "SELECT * FROM pgmem.create_space('tsx', 'm', 3, p_text_config => 'pg_temp.evil')")
+        assert err is not None and err.sqlstate == "PGM08" and "pg_catalog" in str(err)
+        assert error_of(conn, "SELECT * FROM pgmem.create_space('tsy', 'm', 3, p_text_config => 'simple')") is None
+
+
+def test_edit_costs_linear_time_on_a_long_repetitive_text(bench):
+    """edit needs to know whether the text occurs once; it counted every occurrence, copying the rest of
+    the content each time (100,000 'a's took 15 s of CPU). Now it counts at most 100."""
+    agent = bench.login("bound")
+    with bench.connect(agent) as conn:
+        conn.execute("SET statement_timeout = '3s'")
+        mid = conn.execute("SELECT id FROM pgmem.add('t3', repeat('a', 100000), %s)", [vec(1, 0.3, 0)]).fetchone()[0]
+        err = error_of(conn, "SELECT * FROM pgmem.edit(%s, 'a', 'b', %s)", [mid, vec(1, 0.3, 0)])
+        assert err is not None and err.sqlstate == "PGM05" and "at least 100" in str(err), err
+
+
+def test_hnsw_indexes_keep_no_statistics_of_embeddings(bench):
+    bench.admin.execute("ANALYZE pgmem.memories")
+    rows = bench.admin.execute(
+        "SELECT count(*) FROM pg_statistic s JOIN pg_class c ON c.oid = s.starelid"
+        " WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind = 'i'").fetchone()
+    assert rows == (0,)
+
+
+def test_an_expiry_records_no_actor_a_caller_set(bench):
+    agent = bench.login("bound")
+    with bench.connect(agent) as conn:
+        old = conn.execute("SELECT id FROM pgmem.add('t3', 'exp me', %s, p_expires_at => now() + interval '1 second')",
+                           [vec(1, 0, 0.5)]).fetchone()[0]
+        import time
+        time.sleep(1.2)
+        conn.execute("SET pgmem.actor = 'FORGED-ACTOR'")
+        conn.execute("SELECT * FROM pgmem.add_batch('t3', ARRAY['exp me'], ARRAY[%s]::vector[])", [vec(1, 0, 0.5)])
+        assert conn.execute("SELECT event, actor_agent_id FROM pgmem.history(%s)", [old]).fetchall()[-1] == ("EXPIRE", None)
