@@ -1282,7 +1282,7 @@ def install_plugin(ctx: typer.Context,
                    ] = False,
                    as_json: JsonOpt = False) -> None:
     """Write a small shim package into the host's plugin directory that imports this pip-installed pgmem
-    (no copied code; upgrading is `pip install -U pgmem` and a restart). A previous install is kept as a
+    (no copied code; upgrading is `pip install -U pgmem-agents` and a restart). A previous install is kept as a
     hidden backup; the import is verified in a fresh interpreter."""
     from .integrations import install
 

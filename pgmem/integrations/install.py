@@ -1,5 +1,5 @@
 """``pgmem install-plugin HOST``: a shim package in an agent host's plugin directory that imports the
-pip-installed pgmem. The shim holds no pgmem code, so upgrading is ``pip install -U pgmem`` and a restart.
+pip-installed pgmem. The shim holds no pgmem code, so upgrading is ``pip install -U pgmem-agents`` and a restart.
 
 hermes-agent: ``$HERMES_HOME/plugins/pgmem/`` (``__init__.py`` + ``plugin.yaml``); hermes scans that
 directory for memory providers (it reads no entry point for them). A previous install is moved to a hidden
@@ -28,8 +28,8 @@ PLUGIN = "pgmem"
 HERMES_SHIM = '''\
 """pgmem memory provider for hermes-agent (MemoryProvider): a shim written by `pgmem install-plugin hermes`.
 
-It holds no pgmem code: it imports the pgmem installed with pip in this Python, so `pip install -U pgmem`
-and a restart upgrade it. Remove it with `pgmem install-plugin hermes --uninstall`.
+It holds no pgmem code: it imports the pgmem installed with pip in this Python, so
+`pip install -U pgmem-agents` and a restart upgrade it. Remove it with `pgmem install-plugin hermes --uninstall`.
 """
 
 try:
@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - pgmem missing from hermes' Pyth
     import sys
 
     logging.getLogger(__name__).warning(
-        "the pgmem memory provider needs pgmem in this Python (%s): pip install pgmem (%s)", sys.executable, exc)
+        "the pgmem memory provider needs pgmem in this Python (%s): pip install pgmem-agents (%s)", sys.executable, exc)
     raise
 
 
@@ -52,7 +52,7 @@ name: pgmem
 version: {version}
 description: "pgmem: shared, durable memory for all of a user's agents, on PostgreSQL and pgvector (hybrid recall)."
 pip_dependencies:
-  - pgmem
+  - pgmem-agents
 """
 
 # Loads the shim as hermes' plugins.memory._load_provider_from_dir does (a module from a file, then
@@ -123,7 +123,7 @@ def install(host: str, home: Path | str | None = None, *, activate: bool = False
             backup.rename(target)
         detail = (check.stderr.strip().splitlines() or ["no output"])[-1]
         raise PgmemError(f"the {host} shim does not load in a fresh interpreter ({sys.executable}): {detail}",
-                         hint="install pgmem into the Python that runs hermes-agent: pip install pgmem")
+                         hint="install pgmem into the Python that runs hermes-agent: pip install pgmem-agents")
     activated = False
     if activate:
         done = _run(ACTIVATE, home=root)
