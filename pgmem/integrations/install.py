@@ -10,6 +10,7 @@ that fails, the previous install is put back and the error is raised.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -98,14 +99,33 @@ def _run(code: str, *args: str, home: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+def hermes_version() -> str | None:
+    """The version of hermes-agent installed in this Python, or None when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hermes-agent")
+    except PackageNotFoundError:
+        return None
+
+
 def install(host: str, home: Path | str | None = None, *, activate: bool = False) -> dict[str, Any]:
-    """Write the shim for ``host``; returns ``{"path", "backup", "activated", "message"}``. Raises PgmemError
-    when the shim does not load in a fresh interpreter (the previous install is restored)."""
+    """Write the shim for ``host``; returns ``{"path", "backup", "activated", "message"}``.
+
+    Raises PgmemError, having changed nothing on disk, when hermes-agent is not installed in this Python
+    (the shim would import a pgmem hermes never sees), when the shim does not load in a fresh interpreter,
+    or when ``activate`` fails: the previous install is put back and directories the command created are
+    removed."""
     from .. import __version__
 
     _check_host(host)
+    if hermes_version() is None:
+        raise PgmemError(f"hermes-agent is not installed in this Python ({sys.executable}); nothing was written",
+                         hint="run pgmem install-plugin hermes with the Python that runs hermes-agent (where "
+                              "`pip install hermes-agent` went), after `pip install pgmem-agents` there")
     root = hermes_home(home)
     plugins = root / "plugins"
+    created = [d for d in (root, plugins) if not d.exists()]  # removed again when the install fails
     plugins.mkdir(parents=True, exist_ok=True)
     target = plugins / PLUGIN
     staging = Path(tempfile.mkdtemp(prefix=f".{PLUGIN}.new-", dir=plugins))
@@ -116,11 +136,18 @@ def install(host: str, home: Path | str | None = None, *, activate: bool = False
         backup = plugins / f".{PLUGIN}.backup-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         target.rename(backup)
     staging.rename(target)
-    check = _run(VERIFY, str(target), home=root)
-    if check.returncode != 0 or check.stdout.strip() != PLUGIN:
+
+    def undo() -> None:
         shutil.rmtree(target, ignore_errors=True)
         if backup is not None:
             backup.rename(target)
+        for d in reversed(created):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only when empty: nothing of the user's is removed
+
+    check = _run(VERIFY, str(target), home=root)
+    if check.returncode != 0 or check.stdout.strip() != PLUGIN:
+        undo()
         detail = (check.stderr.strip().splitlines() or ["no output"])[-1]
         raise PgmemError(f"the {host} shim does not load in a fresh interpreter ({sys.executable}): {detail}",
                          hint="install pgmem into the Python that runs hermes-agent: pip install pgmem-agents")
@@ -128,9 +155,11 @@ def install(host: str, home: Path | str | None = None, *, activate: bool = False
     if activate:
         done = _run(ACTIVATE, home=root)
         if done.returncode != 0:
+            undo()
             detail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise PgmemError(f"installed {target}, but could not set memory.provider: {detail}",
-                             hint="is hermes-agent installed in this Python? else: hermes config set memory.provider pgmem")
+            raise PgmemError(f"could not set memory.provider, so nothing was installed: {detail}",
+                             hint="check hermes' config.yaml, then run the command again; or install without "
+                                  "--activate and run: hermes config set memory.provider pgmem")
         activated = True
     message = f"installed {target} (imports pgmem {__version__} from {Path(sys.executable).parent})"
     if backup is not None:
