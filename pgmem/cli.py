@@ -958,7 +958,8 @@ def demo(ctx: typer.Context, dsn: DsnOpt = None) -> None:
 @app.command("import")
 def import_(ctx: typer.Context,
             file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
-                                                 help="A JSONL file (one memory per line) or a LoCoMo JSON file.")],
+                                                 help="A JSONL file (memories or chat messages), a LoCoMo "
+                                                      "JSON file or a pgmem export.")],
             fmt: Annotated[Optional[str], typer.Option(
                 "--format", help="jsonl, locomo or export (a `pgmem export` file; default: detected from the "
                                  "file).")] = None,
@@ -966,10 +967,25 @@ def import_(ctx: typer.Context,
                                                     help="Memories per add_batch statement.")] = 256,
             dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
             role: RoleOpt = None, as_json: JsonOpt = False) -> None:
-    """Import memories in batches, with a progress bar and a summary (rows, seconds, rows/s, duplicates
-    skipped, failures with reasons). JSONL lines name their user; --user is the default for lines without.
-    A `pgmem export` file (lines with "kind") is imported whole for --user (default: the user it names), all
-    or nothing, keeping ids, times, validity and embeddings."""
+    """Import memories from FILE in batches, with a progress bar and a summary.
+
+    \b
+    JSONL (one JSON object per line; --user is the default user):
+      {"content": "Alice likes tea", "user": "alice", "agent": "planner", "session": "s1",
+       "metadata": {"topic": "tea"}, "timestamp": "2025-07-25T09:00:00Z"}
+      content is required; user_id, agent_id, session_id and created_at are accepted too.
+    \b
+    Chat exports, one message per line or one conversation per line:
+      {"role": "user", "content": "I moved to Berlin"}
+      {"session": "chat-7", "messages": [{"role": "user", "content": "..."},
+                                          {"role": "assistant", "content": "..."}]}
+      the role is kept as metadata {"role": ...}; a conversation's messages share its session
+      (default: FILE:LINE); content may be a list of {"type": "text", "text": ...} parts.
+    \b
+    Other keys are not imported: the summary lists them. Content a user already has (or that came
+    earlier in the file) counts as a duplicate and is not embedded again. A LoCoMo JSON file
+    (--format locomo, detected) makes one memory per turn; a `pgmem export` file is imported whole for
+    --user (default: the user it names), all or nothing. Details: docs/cli.md."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from . import importer
@@ -989,12 +1005,16 @@ def import_(ctx: typer.Context,
                                            progress=lambda n: bar.advance(task, n))
     data = {"rows": summary.rows, "added": summary.added, "duplicates": summary.duplicates,
             "failures": [{"where": f.where, "reason": f.reason} for f in summary.failures],
+            "ignored": summary.ignored,
             "seconds": round(summary.seconds, 3), "rows_per_second": round(summary.rows_per_second, 1)}
 
     def readable() -> None:
         c = console()
         c.print(f"{summary.rows} rows in {summary.seconds:.1f} s ({summary.rows_per_second:.0f} rows/s): "
                 f"{summary.added} added, {summary.duplicates} duplicates skipped, {len(summary.failures)} failed")
+        if summary.ignored:
+            c.print("ignored keys (not imported): " + ", ".join(
+                f"{k} ({n} line{'s' if n != 1 else ''})" for k, n in summary.ignored.items()), markup=False)
         for f in summary.failures[:50]:
             c.print(f"  failed {f.where}: {f.reason}", markup=False)
         if len(summary.failures) > 50:
