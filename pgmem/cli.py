@@ -352,6 +352,8 @@ def parse_json_object(text: str | None, option: str) -> dict | None:
         return None
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise ValidationError(f"{option} is nested too deeply to be read", field=option.lstrip("-")) from None
     except json.JSONDecodeError as exc:
         example = """'{"key": "value"}'"""
         raise ValidationError(f"{option} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",

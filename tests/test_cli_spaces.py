@@ -144,3 +144,17 @@ def test_every_command_takes_h_and_shows_no_type_metavars(argv):
             assert not re.search(r"\{[A-Z_]+\}", res.stdout), argv
             continue
         assert junk not in res.stdout, (argv, junk, res.stdout)
+
+
+@pytest.mark.parametrize("depth", [33, 1_000, 100_000])
+def test_deep_json_options_are_clean_errors(cli, alice, depth):
+    alice.add("a fact")
+    text = '{"$and": [' * depth + '{"a": 1}' + "]}" * depth
+    err = failed(cli("search", "fact", "--space", "t64", "--mode", "text", "--filter", text))
+    assert "nested" in err
+    err = failed(cli("list", "--space", "t64", "--filter", text))
+    assert "nested" in err
+    if depth > 100:
+        meta = '{"a": ' * depth + "1" + "}" * depth
+        err = failed(cli("add", "another fact", "--space", "t64", "--metadata", meta))
+        assert "nested" in err
