@@ -512,11 +512,12 @@ def server_start(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonO
     from . import migrations, server
 
     o = options(ctx, as_json=as_json)
-    st = server.start(data_dir.resolve() if data_dir else None)
+    st = server.start(data_dir.resolve() if data_dir else None, notice=False)
     applied = [] if no_migrate else migrations.migrate(st.url())
 
     def readable() -> None:
-        typer.echo(f"running (pid {st.pid})\ndata dir: {st.data_dir}\nurl: {st.url()}")
+        typer.echo(f"running (pid {st.pid})\ndata dir: {st.data_dir}\nurl: {st.url()}\n"
+                   f"it keeps running until: {server.stop_hint(st.data_dir)}")
         if applied:
             typer.echo("applied: " + ", ".join(applied))
 

@@ -3,7 +3,7 @@ environment (its dependency pins are strict): `pgmem install-plugin hermes` writ
 discovery (`plugins.memory`) finds and loads it, and hermes' own `MemoryManager` drives a round trip
 on this test's database.
 
-The venv is created on first use at $PGMEM_HERMES_VENV (default /tmp/pgmem-hermes-venv) with
+The venv is created on first use at $PGMEM_HERMES_VENV (default /tmp/pgmem-hermes-venv-<checkout key>) with
 `pip install hermes-agent==0.19.0 -e <this repo>` and reused afterwards. If that is impossible the tests
 fail (they never skip). The provider gets the test-only HashEmbedder through its own setting
 (PGMEM_EMBEDDER=pgmem.testing:HashEmbedder), so the venv needs no torch.
@@ -21,8 +21,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pgmem.testing import checkout_key
+
 REPO = Path(__file__).resolve().parents[1]
-VENV = Path(os.environ.get("PGMEM_HERMES_VENV", "/tmp/pgmem-hermes-venv"))
+# one venv per checkout: the venv installs this checkout editable, so two checkouts must not share one
+VENV = Path(os.environ.get("PGMEM_HERMES_VENV") or f"/tmp/pgmem-hermes-venv-{checkout_key(REPO)}")
 HERMES_VERSION = "0.19.0"
 
 PROBE = textwrap.dedent("""\
