@@ -9,7 +9,7 @@ import asyncio
 import psycopg
 import pytest
 
-from pgmem import AsyncMemory, IdentityError, InvalidFilter, Memory, NotFound, PermissionDenied, ValidationError
+from pgmem import AsyncMemory, InvalidFilter, Memory, NotFound, PermissionDenied, ValidationError
 from pgmem.errors import PgmemError
 
 from conftest import dsn_for

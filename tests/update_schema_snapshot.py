@@ -10,7 +10,6 @@ does not change from run to run (see :func:`normalise`).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
