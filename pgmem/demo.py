@@ -45,7 +45,10 @@ QUESTIONS = [
 def run(console: Console | None = None, dsn: str | None = None) -> int:
     from . import Memory
 
+    import os
+
     console = console or Console()
+    embedded = not dsn and not os.environ.get("PGMEM_DSN")
     console.rule("[bold]pgmem demo: shared memory for a fleet of agents")
     with Memory(dsn, role="pgmem_gateway") as base:  # a gateway acts for several users; RLS applies to it
         where = base.dsn.split("?host=")[-1] if base.dsn else "your pool"
@@ -98,4 +101,11 @@ def run(console: Console | None = None, dsn: str | None = None) -> int:
         console.print(f"\n{USER!r}: {stats.memories} memories from {stats.agents} agents. "
                       "Inspect them in psql:  pgmem server psql  then "
                       f"SET ROLE pgmem_gateway; SET pgmem.user_id = '{USER}'; SELECT * FROM pgmem.memories_view;")
+        if embedded:
+            from . import server
+
+            st = server.status()
+            console.print(f"\nThe embedded PostgreSQL keeps running in the background (pid {st.pid}, data in "
+                          f"{st.data_dir}), for the next command and for psql. Stop it with: "
+                          f"[bold]{server.stop_hint(st.data_dir)}[/]")
         return 0 if total == 0 else 1

@@ -67,20 +67,19 @@ SQL_SERVER = "SELECT current_setting('server_version') AS version, current_setti
 SQL_PGVECTOR = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'vector'"
 SQL_YOYO = "SELECT migration_hash, migration_id FROM public._yoyo_migration"
 SQL_SCHEMA = "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'pgmem'"
-# Tenant tables: a user_id column and some privilege of the API's role on the table (pgmem_api since migration
-# 0007, pgmem_agent before). pgmem.role_bindings has a user_id column but only the schema owner may read it: no
-# tenant reads it, so it needs no RLS.
+# Tenant tables: every table of the schema with a user_id column, except pgmem.role_bindings (login role ->
+# user: only the schema owner reads or writes it, so it needs no RLS). Read from the catalog, which every
+# role may read, and independent of table grants: agents and gateways may hold none (API functions only).
 SQL_TENANT_TABLES = """
 SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p')
+WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p') AND c.relname <> 'role_bindings'
   AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
               WHERE a.attrelid = c.oid AND a.attname = 'user_id' AND a.attnum > 0 AND NOT a.attisdropped)
-  AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname IN ('pgmem_api', 'pgmem_agent')
-              AND pg_catalog.has_table_privilege(r.oid, c.oid, 'SELECT, INSERT, UPDATE, DELETE'))
 ORDER BY c.relname
 """
+SQL_SPACES = "SELECT * FROM pgmem.list_spaces()"  # definer: readable by agents and gateways
 SQL_INDEXES = """
 SELECT ic.relname AS index, tc.relname AS "table", i.indisvalid AS valid, i.indisready AS ready,
        am.amname AS method, pg_catalog.pg_relation_size(ic.oid) AS bytes
@@ -236,15 +235,27 @@ def migration_state(conn) -> tuple[list[str], list[str]]:
         if cur.execute("SELECT to_regclass('public._yoyo_migration') AS t").fetchone()["t"] is None:
             return [], [mid for mid, _ in shipped]
         if not cur.execute("SELECT has_table_privilege('public._yoyo_migration', 'SELECT') AS r").fetchone()["r"]:
-            raise PermissionDenied("this role may not read public._yoyo_migration, yoyo's record of applied "
-                                   "migrations", hint="run doctor as the schema owner or a superuser")
+            raise PermissionDenied(f"{NOT_VISIBLE}: this role may not read public._yoyo_migration, yoyo's record "
+                                   "of applied migrations", hint="run doctor as the schema owner to see them")
         done = {r["migration_hash"] for r in cur.execute(SQL_YOYO).fetchall()}
     return [mid for mid, h in shipped if h in done], [mid for mid, h in shipped if h not in done]
 
 
+NOT_VISIBLE = "not visible to this role"
+
+
 def _migrations_check(conn) -> Check:
+    """The migration state as the login sees it. An agent or gateway login may not read yoyo's table (it
+    holds no table privileges at all, by design): then the check passes with ``not visible to this role``
+    and names who can see it, since a healthy install must not fail doctor for a gateway."""
+    from .errors import PermissionDenied
+
     try:
         applied, todo = migration_state(conn)
+    except PermissionDenied as exc:
+        login = conn.execute("SELECT session_user AS u").fetchone()["u"]
+        return Check("migrations", True, f"{NOT_VISIBLE} ({login} may not read public._yoyo_migration; run "
+                                         "pgmem doctor as the schema owner, or pgmem pending, to see them)")
     except Exception as exc:
         return Check("migrations", False, f"cannot read the migration state: {_one_line(exc)}")
     total = len(applied) + len(todo)
@@ -289,7 +300,12 @@ def _space_row(conn, space: str) -> dict | None:
     try:
         with conn.transaction():
             return conn.execute(*named("space", name=space)).fetchone()
-    except psycopg.Error:  # NotFound (PGM03) or no privilege: the probe then uses a temporary space
+    except psycopg.Error:  # NotFound (PGM03), or no privilege on the table: ask the definer function
+        pass
+    try:
+        with conn.transaction():
+            return next((r for r in conn.execute(SQL_SPACES).fetchall() if r["name"] == space), None)
+    except psycopg.Error:  # an older schema without list_spaces: the probe then uses a temporary space
         return None
 
 

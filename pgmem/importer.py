@@ -3,7 +3,15 @@
 Formats
 - JSONL: one JSON object per line: ``content`` (required), ``user`` or ``user_id`` (required unless a
   default user is given), ``agent``/``agent_id``, ``session``/``session_id``, ``metadata`` (object),
-  ``timestamp`` (ISO 8601; becomes the memory's ``created_at``; a time without zone is read as UTC).
+  ``timestamp`` or ``created_at`` (ISO 8601; becomes the memory's ``created_at``; a time without zone is
+  read as UTC), ``role`` (a chat message's role, kept as ``metadata["role"]``).
+- Chat exports in JSONL: a line that is one message (``{"role": "user", "content": "..."}``) is a memory
+  like any other (its role in ``metadata["role"]``); a line with a ``messages`` list (OpenAI's chat format)
+  is one conversation: one memory per message with a non-empty text, in order, all in the line's session
+  (``session``/``session_id``/``conversation_id``/``id``, else ``<file name>:<line>``), roles kept as above.
+  ``content`` may also be a list of parts (``[{"type": "text", "text": "..."}]``): the text parts joined.
+- Keys outside these are not imported; the summary lists them (``ignored``) with how many lines had them,
+  and a line without ``content`` names the key it has instead (``did you mean 'content'?``).
 - LoCoMo (Maharana et al., ACL 2024, "Evaluating Very Long-Term Conversational Memory of LLM Agents"): a
   JSON list of samples with ``sample_id`` and ``conversation`` (``session_N`` turn lists and
   ``session_N_date_time``). One memory per turn: user = ``sample_id``, session = ``session_N``, content
@@ -12,8 +20,10 @@ Formats
   session's date and time (UTC).
 
 Every record is validated on its own first; bad records are reported with their line (or dia_id) and the
-reason, never silently dropped, and do not stop the import. Valid records go in batches through
-``Memory.add_many`` (one ``pgmem.add_batch`` statement per batch, whatever users its records name).
+reason, never silently dropped, and do not stop the import. Content already stored for the record's user
+in the space (or earlier in the same file) is counted as a duplicate before anything is embedded. Valid
+records go in batches through ``Memory.add_many`` (one ``pgmem.add_batch`` statement per batch, whatever
+users its records name); progress is reported as texts are embedded, not once per batch.
 
 A file of the wrong kind is refused whole, before anything is written, with a ValidationError naming it: an
 unknown format, a file that is not UTF-8, a JSONL file with a line that has ``"kind"`` (a ``pgmem export``,
@@ -55,11 +65,16 @@ class Failure:
 
 @dataclass
 class ImportSummary:
+    """``rows`` records read; ``added`` new memories; ``duplicates`` records whose content the user already
+    had (before the import, or earlier in the file: not embedded again); ``failures``; ``ignored``: keys
+    that were not imported, with the number of lines that had each."""
+
     rows: int = 0
     added: int = 0
     duplicates: int = 0
     failures: list[Failure] = field(default_factory=list)
     seconds: float = 0.0
+    ignored: dict[str, int] = field(default_factory=dict)
 
     @property
     def rows_per_second(self) -> float:
@@ -88,13 +103,27 @@ def _has_kind(line: str) -> bool:
         return False
     try:
         obj = json.loads(line)
-    except ValueError:
-        return False  # reported as "not JSON" by the reader
+    except (ValueError, RecursionError):
+        return False  # reported by the reader
     return isinstance(obj, dict) and "kind" in obj
 
 
+def _records_in(line: str) -> int:
+    """How many records a JSONL line makes: the messages of a chat-export line, else 1."""
+    if '"messages"' not in line:
+        return 1
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return 1
+    if isinstance(obj, dict) and isinstance(obj.get("messages"), list) and "content" not in obj:
+        return max(1, len(obj["messages"]))
+    return 1
+
+
 def scan_jsonl(path: Path | str) -> int:
-    """The number of non-blank lines of a JSONL file, after checking the whole file: ValidationError when it
+    """The number of records of a JSONL file (non-blank lines; a chat-export line counts its messages), after
+    checking the whole file: ValidationError when it
     is not UTF-8 or when a line has ``"kind"`` (a ``pgmem export``, whose lines name their own user, kind and
     validity: read as plain memories they would land in the wrong user, space and state)."""
     path = Path(path)
@@ -104,7 +133,7 @@ def scan_jsonl(path: Path | str) -> int:
             for n, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                count += 1
+                count += _records_in(line)
                 if _has_kind(line):
                     raise ValidationError(f'{path} is a pgmem export (line {n} has "kind"); import it without '
                                           "--format, or with --format export", field="format")
@@ -123,35 +152,127 @@ def _parse_time(value: Any) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
 
 
-def read_jsonl(path: Path, default_user: str | None = None) -> Iterator[Record | Failure]:
+LINE_KEYS = ("content", "user", "user_id", "agent", "agent_id", "session", "session_id", "metadata",
+             "timestamp", "created_at", "role")
+CHAT_KEYS = ("messages", "user", "user_id", "agent", "agent_id", "session", "session_id", "conversation_id",
+             "id", "metadata", "timestamp", "created_at")
+MESSAGE_KEYS = ("role", "content", "timestamp", "created_at", "metadata")
+
+
+class Ignored(dict):
+    """Keys that were not imported: key -> number of lines (or messages) that had it."""
+
+    def note(self, obj: dict, known: tuple[str, ...], prefix: str = "") -> None:
+        for key in obj:
+            if key not in known:
+                self[prefix + key] = self.get(prefix + key, 0) + 1
+
+
+def _json_line(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise ValidationError("nested too deeply to be read") from None
+
+
+def _text_of(value: Any, field: str = "content") -> Any:
+    """A message's content: a string as is; a list of parts (OpenAI's ``[{"type": "text", "text": ...}]``)
+    as its text parts joined by newlines; anything else unchanged (refused by the content check)."""
+    if isinstance(value, list) and all(isinstance(p, (dict, str)) for p in value):
+        parts = [p if isinstance(p, str) else p.get("text") for p in value
+                 if isinstance(p, str) or p.get("type", "text") == "text"]
+        if all(isinstance(t, str) for t in parts):
+            return "\n".join(parts)
+    return value
+
+
+def _no_content(obj: dict, known: tuple[str, ...]) -> ValidationError:
+    import difflib
+
+    unknown = [k for k in obj if k not in known]
+    guess = [k for k in unknown if difflib.get_close_matches(k.lower(), ["content", "text", "message"], n=1,
+                                                             cutoff=0.6)]
+    if guess:
+        return ValidationError(f"no 'content' key; found {guess[0]!r}: did you mean 'content'?", field="content")
+    return ValidationError("no 'content' key" + (f" (keys: {', '.join(map(repr, obj))})" if obj else ""),
+                           field="content")
+
+
+def _meta_with_role(meta: Any, role: Any) -> dict:
+    meta = dict(v.check_metadata(meta) or {})
+    if role is not None:
+        meta.setdefault("role", v.check_id(role, "role"))
+    return meta
+
+
+def read_jsonl(path: Path, default_user: str | None = None,
+               ignored: dict[str, int] | None = None) -> Iterator[Record | Failure]:
     """The records of a JSONL file, one per non-blank line (a Failure for a bad line). The whole file is
     checked by :func:`scan_jsonl` before the first record is yielded, so a ValidationError comes before any
     write."""
     scan_jsonl(path)
+    ignored = Ignored() if ignored is None else ignored
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             where = f"line {n}"
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = _json_line(line)
                 if not isinstance(obj, dict):
                     raise ValidationError("a line must be a JSON object")
                 user = obj.get("user_id", obj.get("user", default_user))
                 if user is None:
                     raise ValidationError("no user (give 'user' or a default user)", field="user")
-                rec = Record(where, v.check_id(user, "user", optional=False),
-                             v.check_content(obj.get("content")),
-                             v.check_id(obj.get("agent_id", obj.get("agent")), "agent"),
+                user = v.check_id(user, "user", optional=False)
+                agent = v.check_id(obj.get("agent_id", obj.get("agent")), "agent")
+                if isinstance(obj.get("messages"), list) and "content" not in obj:
+                    Ignored.note(ignored, obj, CHAT_KEYS)
+                    yield from _chat_records(path, n, obj, user, agent, ignored)
+                    continue
+                Ignored.note(ignored, obj, LINE_KEYS)
+                if "content" not in obj:
+                    raise _no_content(obj, LINE_KEYS)
+                when = obj.get("timestamp", obj.get("created_at"))
+                rec = Record(where, user, v.check_content(_text_of(obj.get("content"))), agent,
                              v.check_id(obj.get("session_id", obj.get("session")), "session"),
-                             v.check_metadata(obj.get("metadata")) or {},
-                             _parse_time(obj["timestamp"]) if obj.get("timestamp") is not None else None)
+                             _meta_with_role(obj.get("metadata"), obj.get("role")),
+                             _parse_time(when) if when is not None else None)
             except json.JSONDecodeError as exc:
                 yield Failure(where, f"not JSON: {exc.msg} at column {exc.colno}")
             except PgmemError as exc:
                 yield Failure(where, str(exc))
             else:
                 yield rec
+
+
+def _chat_records(path: Path, n: int, obj: dict, user: str, agent: str | None,
+                  ignored: dict[str, int]) -> Iterator[Record | Failure]:
+    """The messages of one chat-export line (``{"messages": [{"role", "content"}, ...]}``), one record each
+    (messages without text, such as tool calls, are skipped; other bad messages are Failures)."""
+    session = obj.get("session_id", obj.get("session", obj.get("conversation_id", obj.get("id"))))
+    session = v.check_id(str(session) if isinstance(session, int) else session, "session") or f"{path.name}:{n}"
+    base_meta = v.check_metadata(obj.get("metadata")) or {}
+    when = obj.get("timestamp", obj.get("created_at"))
+    base_time = _parse_time(when) if when is not None else None
+    for i, msg in enumerate(obj["messages"]):
+        where = f"line {n} message {i + 1}"
+        try:
+            if not isinstance(msg, dict):
+                raise ValidationError("a message must be a JSON object")
+            Ignored.note(ignored, msg, MESSAGE_KEYS, "messages[].")
+            if "content" not in msg:
+                raise _no_content(msg, MESSAGE_KEYS)
+            text = _text_of(msg["content"])
+            if text is None or (isinstance(text, str) and not text.strip()):
+                continue  # a tool call or an empty message: nothing to remember
+            when = msg.get("timestamp", msg.get("created_at"))
+            yield Record(where, user, v.check_content(text), agent, session,
+                         _meta_with_role({**base_meta, **(v.check_metadata(msg.get("metadata")) or {})},
+                                         msg.get("role")),
+                         _parse_time(when) if when is not None else base_time)
+        except PgmemError as exc:
+            yield Failure(where, str(exc))
 
 
 _LOCOMO_DATE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.I)
@@ -261,29 +382,109 @@ def detect_format(path: Path) -> str:
     return "locomo" if head.startswith("[") else "jsonl"
 
 
+class _ProgressEmbedder:
+    """The client's embedder, embedding in chunks of ``chunk`` texts and calling ``on_texts(n)`` after each,
+    so that a progress bar moves while a batch is embedded (the slow part of an import), not once per batch."""
+
+    def __init__(self, client: Any, on_texts, chunk: int = 16) -> None:
+        self.client, self.on_texts, self.chunk = client, on_texts, chunk
+
+    @property
+    def inner(self) -> Any:  # the client's own embedder, loaded only when something is embedded
+        return self.client.embedder
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    @property
+    def dims(self) -> int:
+        return self.inner.dims
+
+    def embed(self, texts):
+        import numpy as np
+
+        texts = list(texts)
+        self.on_texts(0, len(texts))
+        parts = []
+        for i in range(0, len(texts), self.chunk):
+            parts.append(np.asarray(self.inner.embed(texts[i:i + self.chunk]), dtype=np.float32))
+            self.on_texts(min(i + self.chunk, len(texts)), len(texts))
+        return np.concatenate(parts) if parts else np.zeros((0, self.dims), dtype=np.float32)
+
+
+class _Known:
+    """Which (user, content) pairs are stored already, asked through the API before anything is embedded:
+    ``Memory.stats`` once per user (a user with no memories in the space has nothing to repeat), then
+    ``Memory.list(contains=...)`` per record of a user who has some. Pairs seen earlier in the same import
+    are known without a query."""
+
+    def __init__(self, memory: Any) -> None:
+        self.memory = memory
+        self.empty: dict[str, bool] = {}
+        self.seen: set[tuple[str, str]] = set()
+
+    def __call__(self, rec: Record) -> bool:
+        key = (rec.user_id, rec.content)
+        if key in self.seen:
+            return True
+        self.seen.add(key)
+        m = self.memory if rec.user_id == self.memory.user_id else self.memory.with_identity(user_id=rec.user_id)
+        try:
+            if rec.user_id not in self.empty:
+                self.empty[rec.user_id] = not any(st.memories for st in m.stats())
+            if self.empty[rec.user_id]:
+                return False
+            page = m.list(contains=rec.content, limit=1000)
+            return any(r.content == rec.content for r in page.items)
+        except PgmemError:
+            return False  # add_batch deduplicates anyway; a failing check costs only the embedding
+
+
 def import_records(memory, records: Iterable[Record | Failure], *, batch_size: int = 256,
-                   progress=None) -> ImportSummary:
+                   progress=None, skip_known: bool = True) -> ImportSummary:
     """Write ``records`` through ``memory`` (a :class:`pgmem.Memory`; each record is written for its own user)
     in batches of ``batch_size`` records, whatever users they name: one ``pgmem.add_batch`` statement a batch,
     each item acting as its user (``add_many`` items with ``user_id``; a gateway may name any user, a bound
     login only its own). A batch that fails is retried record by record, so a bad record costs only itself.
-    ``progress(n)`` is called with the number of records handled."""
+
+    ``skip_known``: a record whose content its user already has in the space (live), or that came earlier
+    in this import, is counted as a duplicate without being embedded (:class:`_Known`: one ``stats`` per
+    user and one ``list`` per record of a user who has memories; a SQL function looking up a batch of
+    content hashes would make that one statement per batch). ``progress(n)`` is called with the (possibly
+    fractional) number of records handled, as their texts are embedded."""
     summary = ImportSummary()
     start = time.perf_counter()
     batch: list[Record] = []
+    known = _Known(memory) if skip_known else None
+    share = {"records": 0, "reported": 0.0, "on": False}
+
+    def on_texts(done: int, total: int) -> None:
+        if progress and share["on"] and total:
+            target = share["records"] * done / total
+            if target > share["reported"]:
+                progress(target - share["reported"])
+                share["reported"] = target
+
+    writer = memory
+    if progress:
+        writer = memory.with_identity()
+        writer._embedder = _ProgressEmbedder(memory, on_texts)
 
     def flush() -> None:
         if not batch:
             return
         items = [{"content": r.content, "agent_id": r.agent_id, "session_id": r.session_id,
                   "metadata": r.metadata, "created_at": r.created_at, "user_id": r.user_id} for r in batch]
+        share.update(records=len(batch), reported=0.0, on=True)
         try:
-            results = memory.add_many(items)
+            results = writer.add_many(items)
         except PgmemError:
+            share["on"] = False  # the retries below embed again: the bar does not count them twice
             # All or nothing per batch: retry one by one so that one bad record costs only itself.
             for r, item in zip(batch, items):
                 try:
-                    res = memory.add_many([item])[0]
+                    res = writer.add_many([item])[0]
                 except PgmemError as exc1:
                     summary.failures.append(Failure(r.where, str(exc1)))
                 else:
@@ -292,14 +493,20 @@ def import_records(memory, records: Iterable[Record | Failure], *, batch_size: i
         else:
             summary.added += sum(r.created for r in results)
             summary.duplicates += sum(not r.created for r in results)
-        if progress:
-            progress(len(batch))
+        share["on"] = False
+        if progress and len(batch) > share["reported"]:
+            progress(len(batch) - share["reported"])
         batch.clear()
 
     for rec in records:
         summary.rows += 1
         if isinstance(rec, Failure):
             summary.failures.append(rec)
+            if progress:
+                progress(1)
+            continue
+        if known is not None and known(rec):
+            summary.duplicates += 1
             if progress:
                 progress(1)
             continue
@@ -324,11 +531,14 @@ def import_file(memory, path: Path | str, *, fmt: str | None = None, default_use
         raise ValidationError("import_file reads jsonl and locomo files; a pgmem export is imported with "
                               "Memory.import_rows (or `pgmem import FILE`)", field="format")
     fmt = given or detect_format(path)
+    ignored = Ignored()
     if fmt == "locomo":
         records: Iterable = read_locomo(path, detected=given is None)
     else:
-        records = read_jsonl(path, default_user)
-    return import_records(memory, records, batch_size=batch_size, progress=progress)
+        records = read_jsonl(path, default_user, ignored)
+    summary = import_records(memory, records, batch_size=batch_size, progress=progress)
+    summary.ignored = dict(sorted(ignored.items()))
+    return summary
 
 
 def count_records(path: Path | str, fmt: str | None = None) -> int:

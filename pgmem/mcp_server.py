@@ -11,7 +11,7 @@ security, so another user's memory id reads as "not found".
 Errors of pgmem come back as MCP tool errors (``isError``) carrying pgmem's message and hint, never a
 traceback. Transport: stdio (default), or streamable HTTP on 127.0.0.1 (``--transport streamable-http``).
 
-Works with the official ``mcp`` SDK 2.x (``MCPServer``) and 1.x (``FastMCP``): ``pip install 'pgmem[mcp]'``.
+Works with the official ``mcp`` SDK 2.x (``MCPServer``) and 1.x (``FastMCP``): ``pip install 'pgmem-agents[mcp]'``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _sdk() -> tuple[type, type[Exception], bool]:
         return FastMCP, ToolError, False
     except ImportError as exc:
         raise PgmemError("the MCP server needs the `mcp` package",
-                         hint="pip install 'pgmem[mcp]'") from exc
+                         hint="pip install 'pgmem-agents[mcp]'") from exc
 
 
 def _record(r: Any, *, score: bool = False) -> dict[str, Any]:

@@ -17,6 +17,12 @@ SELECT * FROM pgmem.create_space(p_name => %(name)s::text, p_model => %(model)s:
 -- space --
 SELECT * FROM pgmem.space(p_name => %(name)s::text)
 
+-- list_spaces --
+SELECT * FROM pgmem.list_spaces()
+
+-- drop_space --
+SELECT * FROM pgmem.drop_space(p_name => %(name)s::text)
+
 -- add --
 SELECT * FROM pgmem.add(p_space => %(space)s::text, p_content => %(content)s::text, p_embedding => %(embedding)b::vector,
     p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_metadata => %(metadata)s::jsonb,

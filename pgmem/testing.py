@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -39,3 +41,21 @@ class HashEmbedder:
             else:
                 out[row] /= norm
         return out
+
+
+def checkout_key(root: Path | str) -> str:
+    """A short key of a checkout's path (SHA-256 of the resolved path, 10 hex digits), so that each checkout
+    gets its own test server and virtual environments instead of sharing one across checkouts."""
+    return hashlib.sha256(str(Path(root).resolve()).encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+def test_data_dir(root: Path | str) -> Path:
+    """The embedded server data directory of the test suite of the checkout at ``root``:
+    ``$PGMEM_TEST_DATA_DIR``, else ``/tmp/pgmem-tests-<uid>-<checkout key>/pgdata``."""
+    env = os.environ.get("PGMEM_TEST_DATA_DIR")
+    if env:
+        return Path(env)
+    return Path(f"/tmp/pgmem-tests-{os.getuid()}-{checkout_key(root)}/pgdata")
+
+
+test_data_dir.__test__ = False  # not a pytest test, whatever imports it

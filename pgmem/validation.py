@@ -6,7 +6,9 @@ Limits (also enforced by the schema, see docs/limits.md):
   ``tsvector`` holds at most 1 MiB, and 100,000 characters are at most 400,000 bytes of UTF-8, so
   full-text indexing of the longest memory stays safe.
 - metadata: a JSON object of at most ``MAX_METADATA_BYTES`` (64 KiB) serialised, finite numbers only.
+- metadata and filters: at most ``MAX_JSON_DEPTH`` (100) levels of objects and arrays.
 - ids (user, agent, session): 1 to 256 characters.
+- space names: ``^[a-z0-9][a-z0-9_.-]{0,62}$`` (the schema's own check).
 - text anywhere: no NUL character (PostgreSQL text cannot hold it) and no lone surrogate (not UTF-8).
 """
 
@@ -14,19 +16,25 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from .errors import DimensionMismatch, ValidationError
+from .errors import DimensionMismatch, InvalidFilter, ValidationError
 
 MAX_CONTENT_CHARS = 100_000
 MAX_METADATA_BYTES = 65_536
 MAX_ID_CHARS = 256
 MAX_K = 1000
 MAX_BATCH = 10_000
+# Levels of objects and arrays in metadata and filters. The filter compiler allows 32 operator levels (which
+# take up to 64 JSON levels: an $and list and its items); metadata has no use for more. Past this the
+# document is refused here rather than by Python's recursion limit or PostgreSQL's stack depth.
+MAX_JSON_DEPTH = 100
+SPACE_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 
 
 def check_text(value: Any, field: str, *, index: int | None = None, label: str | None = None) -> str:
@@ -75,37 +83,49 @@ def check_id(value: Any, field: str, *, index: int | None = None, optional: bool
     return value
 
 
-def _walk_json(value: Any, path: str, field: str, index: int | None) -> None:
-    if isinstance(value, str):
-        check_text(value, field, index=index, label=f"{field} value at {path}")
-    elif isinstance(value, bool) or value is None or isinstance(value, int):
-        return
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValidationError(f"{field} value at {path} is {value}; JSON has no NaN or infinity",
+def _walk_json(value: Any, field: str, index: int | None, error: type[ValidationError] = ValidationError) -> None:
+    """Check every key and value of a JSON document, iteratively (a document nested deeper than Python's
+    recursion limit is refused like any other, never with RecursionError): at most ``MAX_JSON_DEPTH`` levels
+    of objects and arrays, string keys, text without NUL or lone surrogate, finite numbers."""
+    stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, str):
+            check_text(value, field, index=index, label=f"{field} value at {path}")
+        elif isinstance(value, bool) or value is None or isinstance(value, int):
+            continue
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValidationError(f"{field} value at {path} is {value}; JSON has no NaN or infinity",
+                                      field=field, index=index)
+        elif isinstance(value, (Mapping, list, tuple)):
+            if depth >= MAX_JSON_DEPTH:
+                raise error(f"{field} is nested more than {MAX_JSON_DEPTH} levels deep (at {path[:80]}"
+                            f"{'...' if len(path) > 80 else ''})", field=field, index=index)
+            if isinstance(value, Mapping):
+                for key, item in value.items():
+                    if not isinstance(key, str):
+                        raise ValidationError(f"{field} key {key!r} at {path} is not a string", field=field,
+                                              index=index)
+                    check_text(key, field, index=index, label=f"{field} key at {path}")
+                    stack.append((item, f"{path}.{key}", depth + 1))
+            else:
+                stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+        else:
+            raise ValidationError(f"{field} value at {path} of type {type(value).__name__} is not JSON",
                                   field=field, index=index)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValidationError(f"{field} key {key!r} at {path} is not a string", field=field, index=index)
-            check_text(key, field, index=index, label=f"{field} key at {path}")
-            _walk_json(item, f"{path}.{key}", field, index)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _walk_json(item, f"{path}[{i}]", field, index)
-    else:
-        raise ValidationError(f"{field} value at {path} of type {type(value).__name__} is not JSON",
-                              field=field, index=index)
 
 
-def check_metadata(value: Any, *, field: str = "metadata", index: int | None = None) -> dict | None:
-    """A JSON object with string keys, finite numbers, no NUL or lone surrogate; at most 64 KiB."""
+def check_metadata(value: Any, *, field: str = "metadata", index: int | None = None,
+                   error: type[ValidationError] = ValidationError) -> dict | None:
+    """A JSON object with string keys, finite numbers, no NUL or lone surrogate, at most ``MAX_JSON_DEPTH``
+    (100) levels of objects and arrays, at most 64 KiB. Raises ValidationError (``error`` for too deep)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise ValidationError(f"{field} must be a JSON object (dict), got {type(value).__name__}",
                               field=field, index=index)
-    _walk_json(value, "$", field, index)
+    _walk_json(value, field, index, error)
     size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
     if size > MAX_METADATA_BYTES:
         raise ValidationError(f"{field} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}",
@@ -114,8 +134,19 @@ def check_metadata(value: Any, *, field: str = "metadata", index: int | None = N
 
 
 def check_filter(value: Any) -> dict | None:
-    """A metadata filter: a JSON object (the operators are checked by the database, error InvalidFilter)."""
-    return check_metadata(value, field="filter")
+    """A metadata filter: a JSON object (the operators, and a nesting of at most 32 operators, are checked by
+    the database, error InvalidFilter). Deeper than ``MAX_JSON_DEPTH`` JSON levels: InvalidFilter here."""
+    return check_metadata(value, field="filter", error=InvalidFilter)
+
+
+def check_space_name(value: Any, field: str = "space") -> str:
+    """An embedding space name as the schema allows it (``^[a-z0-9][a-z0-9_.-]{0,62}$``, constraint
+    ``spaces_name_check``); ValidationError naming what is wrong (a NUL character included)."""
+    check_text(value, field)
+    if not SPACE_NAME.fullmatch(value):
+        raise ValidationError(f"space name must be 1 to 63 characters a-z, 0-9, _ . - starting with a letter or "
+                              f"digit, got {value[:80]!r}", field=field)
+    return value
 
 
 def check_vector(value: Any, dims: int, *, field: str = "embedding", index: int | None = None,

@@ -15,11 +15,18 @@ from pgvector.psycopg import register_vector
 from pytest_postgresql import factories
 
 from pgmem import Memory, migrations, server
-from pgmem.testing import HashEmbedder
+from pgmem.testing import HashEmbedder, test_data_dir
 
-TEST_DATA_DIR = Path(os.environ.get("PGMEM_TEST_DATA_DIR", f"/tmp/pgmem-tests-{os.getuid()}/pgdata"))
-_status = server.start(TEST_DATA_DIR)
+# One server per checkout (keyed by its path), shared by concurrent runs of that checkout; it keeps running
+# after the run (the next run starts in a second), and the summary says how to stop it.
+TEST_DATA_DIR = test_data_dir(Path(__file__).resolve().parents[1])
+_status = server.start(TEST_DATA_DIR, notice=False)
 SOCKET_DIR = str(_status.socket_dir)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    terminalreporter.write_line(f"pgmem: the test server keeps running in {TEST_DATA_DIR}; stop it with: "
+                                f"pgmem server stop --data-dir {TEST_DATA_DIR}")
 
 
 def dsn_for(dbname: str, user: str = "postgres") -> str:

@@ -1464,6 +1464,49 @@ $$;
 
 COMMENT ON FUNCTION pgmem.delete_all(p_space text, p_agent_id text, p_session_id text, p_filter jsonb, p_confirm boolean, p_actor text) IS 'Delete the current user''s memories in a scope (space, agent, session, metadata filter); returns how many. With no agent, session or filter it refuses (PGM10) unless p_confirm.';
 
+CREATE FUNCTION pgmem.drop_space(p_name text) RETURNS TABLE(memories bigint, turns bigint, history bigint)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
+    AS $$
+DECLARE
+    v_space pgmem.spaces;
+    v_users text[];
+    v_ids uuid[];
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgmem'
+                   AND pg_catalog.pg_has_role(current_user, n.nspowner, 'MEMBER'))
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = current_user AND r.rolsuper) THEN
+        RAISE EXCEPTION 'role "%" may not drop an embedding space: only the schema owner may', current_user
+            USING ERRCODE = 'PGM01', HINT = 'Connect as the role that ran the migrations.';
+    END IF;
+    PERFORM pgmem._require_maintainer('drop an embedding space');
+    -- Locks the space's row first: a concurrent create_space of the same name waits, then creates it anew.
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM pgmem.space(p_name);  -- error PGM03, the message every caller knows
+    END IF;
+    SELECT coalesce(array_agg(m.user_id), '{}'), coalesce(array_agg(m.id), '{}') INTO v_users, v_ids
+    FROM pgmem.memories m WHERE m.space_id = v_space.space_id;
+    DELETE FROM pgmem.history h USING unnest(v_users, v_ids) AS g(user_id, id)
+    WHERE h.user_id = g.user_id AND h.memory_id = g.id;
+    GET DIAGNOSTICS history = ROW_COUNT;
+    DELETE FROM pgmem.memories m WHERE m.space_id = v_space.space_id;  -- extra vectors and sources cascade
+    memories := pg_catalog.cardinality(v_ids);
+    -- and the DELETE events the history trigger has just written for them
+    DELETE FROM pgmem.history h USING unnest(v_users, v_ids) AS g(user_id, id)
+    WHERE h.user_id = g.user_id AND h.memory_id = g.id;
+    DELETE FROM pgmem.turns t WHERE t.space_id = v_space.space_id;
+    GET DIAGNOSTICS turns = ROW_COUNT;
+    DELETE FROM pgmem.tenant_sizes t WHERE t.space_id = v_space.space_id;
+    EXECUTE format('DROP INDEX IF EXISTS pgmem.%I', 'memories_space_' || v_space.space_id || '_hnsw');
+    DELETE FROM pgmem.spaces s WHERE s.space_id = v_space.space_id;
+    PERFORM pgmem._build_knn();  -- the generated per-space statements forget it
+    RETURN NEXT;
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.drop_space(p_name text) IS 'Schema owner only (and only a role that sees every user''s rows: superuser or BYPASSRLS): drop an embedding space with every user''s memories, extra vectors, sources, turns and history in it, and its HNSW index, in one transaction. Returns the memories, turns and history events removed (no tombstones are kept). Error PGM03 when the space does not exist. Not undoable.';
+
 CREATE FUNCTION pgmem.edit(p_id uuid, p_needle text, p_replacement text, p_embedding public.vector, p_expected_version integer DEFAULT NULL::integer, p_agent_id text DEFAULT NULL::text, p_model text DEFAULT NULL::text, p_vector_kinds text[] DEFAULT NULL::text[], p_vectors public.vector[] DEFAULT NULL::public.vector[]) RETURNS SETOF pgmem.memory
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
@@ -1752,6 +1795,17 @@ END
 $_$;
 
 COMMENT ON FUNCTION pgmem.list(p_space text, p_agent_id text, p_session_id text, p_filter jsonb, p_limit integer, p_after_created_at timestamp with time zone, p_after_id uuid, p_created_after timestamp with time zone, p_created_before timestamp with time zone, p_contains text, p_as_of timestamp with time zone) IS 'The current user''s memories in a space that hold now (or at p_as_of), oldest first, with keyset pagination: pass the last row''s (created_at, id) as the cursor. Filters: agent, session, metadata, created_at range [after, before), literal content substring (p_contains: plain text, case-sensitive).';
+
+CREATE FUNCTION pgmem.list_spaces() RETURNS TABLE(space_id integer, name text, model text, dims integer, distance text, index_kind text, hnsw_m integer, hnsw_ef_construction integer, text_config text, memory_ttl interval, turn_ttl interval, created_at timestamp with time zone)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
+    AS $$
+    SELECT s.space_id, s.name, s.model, s.dims, s.distance, s.index_kind, s.hnsw_m, s.hnsw_ef_construction,
+           s.text_config::text, s.memory_ttl, s.turn_ttl, s.created_at
+    FROM pgmem.spaces s ORDER BY s.name
+$$;
+
+COMMENT ON FUNCTION pgmem.list_spaces() IS 'Every embedding space, by name: model, dims, distance, index kind and HNSW parameters, full-text configuration, retention (memory and turn TTL), creation time. Configuration only: no counts of any user''s rows. Any pgmem role may call it.';
 
 CREATE FUNCTION pgmem.pending_turns(p_space text, p_session_id text, p_n integer DEFAULT 1000) RETURNS SETOF pgmem.turn
     LANGUAGE plpgsql STABLE SECURITY DEFINER

@@ -89,7 +89,7 @@ def test_add_then_search_finds_it_with_a_score(cli):
     assert hits[1]["score"] < hits[0]["score"]  # hybrid by default: the fused score is what the table shows
     assert float(score.group(1)) == pytest.approx(hits[0]["score"], abs=0.0006)
     vec = doc(cli("search", "what does Alice like to drink", "-k", "5", "--mode", "vector", as_json=True))
-    assert [h["id"] for h in vec] == [tea, laptop] and vec[0]["score"] is None
+    assert [h["id"] for h in vec] == [tea, laptop] and vec[0]["score"] == vec[0]["similarity"]
     assert vec[0]["similarity"] == pytest.approx(hits[0]["similarity"], abs=1e-6)
 
     # filters and scopes reach the API

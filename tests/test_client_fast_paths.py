@@ -123,8 +123,8 @@ def test_search_results_are_the_records_of_the_rows(alice, admin):
     assert by_content["a memory without metadata"].metadata == {}
     for h in hits:
         assert isinstance(h, MemoryRecord) and h.user_id == "alice" and h.space == "t64" and h.version == 1
-        assert -1 <= h.similarity <= 1 and h.score is None
-        assert dataclasses.replace(alice.get(h.id), similarity=h.similarity) == h
+        assert -1 <= h.similarity <= 1 and h.score == h.similarity  # vector mode: score is the cosine
+        assert dataclasses.replace(alice.get(h.id), similarity=h.similarity, score=h.score) == h
     by_content["a memory without metadata"].metadata["x"] = 1  # each record has its own dict
     again = {h.content: h for h in alice.search(embedding=alice.embedder.embed(["a memory"])[0], mode="vector")}
     assert again["a memory without metadata"].metadata == {}

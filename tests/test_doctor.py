@@ -140,3 +140,39 @@ def test_unreachable_database_is_an_infrastructure_fault():
     assert [(c.name, c.ok, c.kind) for c in checks] == [("connection", False, "infrastructure"),
                                                         ("embedder", True, "embedding")]
     assert doctor.exit_code(checks) == 1
+
+
+def test_a_gateway_login_passes_doctor_on_a_healthy_install(alice, admin, login_role, use_embedder):
+    """The headline example of docs/operations.md: `pgmem doctor --dsn postgresql://gateway@...`. A gateway
+    may not read yoyo's table (nor, by design, any table): that check says so instead of failing."""
+    alice.add("Alice likes tea")
+    use_embedder(HashEmbedder(64))
+    gateway = login_role("pgmem_gateway")
+    result = runner.invoke(app, ["doctor", "--dsn", dsn_for(admin.info.dbname, user=gateway), "--space", "t64",
+                                 "--json"])
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0, report
+    checks = _by_name(report)
+    assert all(c["ok"] for c in report["checks"]), report
+    assert checks["migrations"]["detail"].startswith("not visible to this role")
+    assert gateway in checks["migrations"]["detail"]
+    assert checks["space"]["detail"].startswith("t64: model pgmem-testing-hash-64")
+    assert "in space t64 " in checks["function probe"]["detail"]
+    readable = runner.invoke(app, ["doctor", "--dsn", dsn_for(admin.info.dbname, user=gateway), "--space", "t64"])
+    assert readable.exit_code == 0 and "not visible to this role" in readable.stdout
+
+
+def test_the_rls_check_does_not_depend_on_table_grants(alice, admin):
+    """Agents and gateways are losing every table privilege (API functions only): the tenant tables are
+    found from the catalog all the same."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(admin.info.dsn, autocommit=True, row_factory=dict_row) as conn:
+        before = doctor._rls_check(conn, True)
+        admin.execute("REVOKE ALL ON ALL TABLES IN SCHEMA pgmem FROM pgmem_agent, pgmem_gateway")
+        after = doctor._rls_check(conn, True)
+    assert before.ok and after == before
+    for table in ("memories", "history", "memory_vectors", "turns", "memory_sources", "tenant_sizes"):
+        assert table in after.detail
+    assert "role_bindings" not in after.detail

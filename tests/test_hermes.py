@@ -3,7 +3,7 @@ environment (its dependency pins are strict): `pgmem install-plugin hermes` writ
 discovery (`plugins.memory`) finds and loads it, and hermes' own `MemoryManager` drives a round trip
 on this test's database.
 
-The venv is created on first use at $PGMEM_HERMES_VENV (default /tmp/pgmem-hermes-venv) with
+The venv is created on first use at $PGMEM_HERMES_VENV (default /tmp/pgmem-hermes-venv-<checkout key>) with
 `pip install hermes-agent==0.19.0 -e <this repo>` and reused afterwards. If that is impossible the tests
 fail (they never skip). The provider gets the test-only HashEmbedder through its own setting
 (PGMEM_EMBEDDER=pgmem.testing:HashEmbedder), so the venv needs no torch.
@@ -21,8 +21,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pgmem.testing import checkout_key
+
 REPO = Path(__file__).resolve().parents[1]
-VENV = Path(os.environ.get("PGMEM_HERMES_VENV", "/tmp/pgmem-hermes-venv"))
+# one venv per checkout: the venv installs this checkout editable, so two checkouts must not share one
+VENV = Path(os.environ.get("PGMEM_HERMES_VENV") or f"/tmp/pgmem-hermes-venv-{checkout_key(REPO)}")
 HERMES_VERSION = "0.19.0"
 
 PROBE = textwrap.dedent("""\
@@ -233,3 +236,56 @@ def test_provider_round_trip_through_hermes_memory_manager(hermes_python: Path, 
     events = admin.execute("SELECT event FROM pgmem.history WHERE old_content = 'temporary note to be removed'"
                            ).fetchall()
     assert events == [("DELETE",)]
+
+
+MIRROR = """\
+    import json
+    from agent.memory_manager import MemoryManager
+    from plugins.memory import load_memory_provider
+
+    def session(session_id, **extra):
+        provider = load_memory_provider("pgmem")
+        manager = MemoryManager()
+        manager.add_provider(provider)
+        manager.initialize_all(session_id=session_id, agent_context="primary", **extra)
+        return provider, manager
+
+    ok = json.dumps({"success": True})
+    p, m = session("t1", platform="telegram", user_id="12345")
+    # the built-in memory tool's calls as the agent loop hands them over (run_agent: notify_memory_tool_write)
+    m.notify_memory_tool_write(ok, {"action": "add", "target": "user", "content": "Lives in Paris"})
+    m.notify_memory_tool_write(ok, {"action": "add", "target": "memory", "content": "Project X ships Friday"})
+    m.notify_memory_tool_write(ok, {"action": "add", "target": "memory", "content": "Project Y ships Monday"})
+    m.notify_memory_tool_write(ok, {"action": "replace", "target": "user", "old_text": "in Paris",
+                                    "content": "Lives in Berlin"})
+    m.notify_memory_tool_write(ok, {"action": "remove", "target": "memory", "old_text": "ships"})  # 2 match: ambiguous
+    m.notify_memory_tool_write(ok, {"action": "remove", "target": "memory", "old_text": "X ships"})
+    m.notify_memory_tool_write(json.dumps({"success": False}), {"action": "remove", "target": "memory",
+                                                                "old_text": "Y ships"})  # failed: not mirrored
+    p.flush(30)
+    out = {"telegram": p.status()}
+    m.shutdown_all()
+    p, m = session("d1", platform="discord", user_id="12345")
+    m.sync_all("hello from discord", "hi", session_id="d1")
+    p.flush(30)
+    m.shutdown_all()
+    p, m = session("n1", platform="telegram")
+    out["nobody"] = p.status()
+    m.shutdown_all()
+    print(json.dumps(out))
+"""
+
+
+def test_mirroring_and_identity_through_hermes_memory_manager(hermes_python: Path, tmp_path: Path, dsn: str,
+                                                               admin: psycopg.Connection) -> None:
+    home = tmp_path / "hermes-home"
+    assert pgmem_cli(hermes_python, "install-plugin", "hermes", "--home", str(home), home=home).returncode == 0
+    out = run_py(hermes_python, MIRROR, home, PGMEM_DSN=dsn, PGMEM_ROLE="pgmem_gateway", PGMEM_USER="someone",
+                 PGMEM_EMBEDDER="pgmem.testing:HashEmbedder", PGMEM_SPACE="hermes-test")
+    rows = admin.execute("SELECT user_id, content, metadata->>'target' FROM pgmem.memories ORDER BY 1, 2").fetchall()
+    assert out["telegram"]["user"] == "telegram:12345" and out["telegram"]["skipped_writes"] == 1, (out, rows)
+    assert "2 mirrored entries contain 'ships'" in out["telegram"]["last_error"]
+    assert out["nobody"]["state"] == "unavailable" and out["nobody"]["user"] is None
+    rows = admin.execute("SELECT user_id, content, metadata->>'target' FROM pgmem.memories ORDER BY 1, 2").fetchall()
+    assert rows == [("discord:12345", "hello from discord", None), ("discord:12345", "hi", None),
+                    ("telegram:12345", "Lives in Berlin", "user"), ("telegram:12345", "Project Y ships Monday", "memory")]

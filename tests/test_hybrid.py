@@ -318,7 +318,7 @@ def test_result_fields_per_mode(make_memory):
 
     vector = alice.search("green tea in the morning", k=10, mode="vector")
     assert len(vector) == 7
-    assert all(h.score is None and h.text_score is None and h.vector_score is None for h in vector)
+    assert all(h.score == h.similarity and h.text_score is None and h.vector_score is None for h in vector)
     sims = [h.similarity for h in vector]
     assert sims == sorted(sims, reverse=True) and all(-1 <= s <= 1 for s in sims)
     # Same memory, same cosine similarity in hybrid and vector mode.

@@ -269,7 +269,8 @@ def test_cli_import_clean_file_then_bad_lines(cli, tmp_path, make_memory):
     result = cli(str(clean), "--json", "--user", "carol")
     assert result.exit_code == 0, (result.stdout, result.stderr)
     doc = json.loads(result.stdout)
-    assert set(doc) == {"rows", "added", "duplicates", "failures", "seconds", "rows_per_second"}
+    assert set(doc) == {"rows", "added", "duplicates", "failures", "ignored", "seconds", "rows_per_second"}
+    assert doc["ignored"] == {}
     assert (doc["rows"], doc["added"], doc["duplicates"], doc["failures"]) == (3, 3, 0, [])
     assert doc["seconds"] > 0 and doc["rows_per_second"] > 0
 

@@ -10,17 +10,18 @@ does not change from run to run (see :func:`normalise`).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+from pgmem.testing import test_data_dir
+
 HERE = Path(__file__).resolve().parent
 SNAPSHOT = HERE / "schema_snapshot.sql"
-# The server the test suite uses (tests/conftest.py), so that running this script never touches user data.
-TEST_DATA_DIR = Path(os.environ.get("PGMEM_TEST_DATA_DIR", f"/tmp/pgmem-tests-{os.getuid()}/pgdata"))
+# The server the test suite of this checkout uses (tests/conftest.py), so running this never touches user data.
+TEST_DATA_DIR = test_data_dir(HERE.parent)
 
 _DROP = re.compile(r"^(--|SET |\\restrict |\\unrestrict )")
 

@@ -7,17 +7,22 @@ module; it is activated with ``memory.provider: pgmem`` in hermes' config.yaml (
 What the host calls, and what the provider does:
 
 - ``is_available()``: configuration and installed packages only, no network.
-- ``initialize(session_id, **kwargs)``: remembers the host's identity (``user_id`` of gateway sessions, else
-  the configured user, else the OS login; the agent is ``hermes`` or ``hermes:<profile>``) and connects in
-  a background thread, so a slow or unreachable database never blocks the agent's start.
+- ``initialize(session_id, **kwargs)``: remembers the host's identity (:func:`resolve_user`: the ``user_id``
+  of gateway sessions namespaced by platform, ``telegram:12345``; on the CLI the configured user, else the OS
+  login; a gateway session without a user id gets no memory; the agent is ``hermes`` or
+  ``hermes:<profile>``) and connects in a background thread, so a slow or unreachable database never
+  blocks the agent's start. A space whose model differs from the embedder's is ``unavailable``, never
+  ``ready``.
 - ``get_tool_schemas()`` / ``handle_tool_call()``: ``pgmem_recall`` (hybrid search) and ``pgmem_remember``.
 - ``prefetch(query)``: recall for the coming turn within ``prefetch_budget`` seconds (default 3, below the
   host's own 8 s cut-off); a recall queued by ``queue_prefetch`` after the previous turn is served from cache.
-- ``sync_turn()`` and ``on_memory_write()`` (mirroring hermes' built-in memory tool) queue writes for one
+- ``sync_turn()`` and ``on_memory_write()`` (mirroring hermes' built-in memory tool: add, replace and remove
+  in the shapes of hermes' MemoryManager, see :meth:`PgmemMemoryProvider.on_memory_write`) queue writes for one
   writer thread: the queue is bounded (a full queue blocks the caller up to ``queue_timeout`` seconds, then
   the write is kept in the pending file, never dropped).
 - ``on_session_end()`` waits until the queue is written; ``shutdown()`` drains it (``drain_timeout``), keeps
-  anything left in ``$HERMES_HOME/pgmem/pending.jsonl`` (replayed by the next session) and closes the pool.
+  anything left in ``$HERMES_HOME/pgmem/pending.jsonl`` (mode 0600; replayed by the next session) and closes
+  the pool.
 
 Nothing raises into the agent loop: failures are logged, counted in :meth:`status`, and reported through
 the host's ``warning_callback`` (and ``status_callback`` for state changes) when it passed them.
@@ -44,7 +49,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ..errors import DatabaseUnavailable, PgmemError
+from ..errors import DatabaseUnavailable, DuplicateMemory, EmbeddingSpaceMismatch, PgmemError
 from ..validation import MAX_CONTENT_CHARS
 
 log = logging.getLogger("pgmem.hermes")
@@ -168,7 +173,7 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
         self._lock = threading.Lock()
         self._closed = False
         self._stats = {"state": "not initialised", "written": 0, "failed_writes": 0, "kept_pending": 0,
-                       "recalls": 0, "prefetch_timeouts": 0, "last_error": None}
+                       "skipped_writes": 0, "recalls": 0, "prefetch_timeouts": 0, "last_error": None}
 
     # -- identity and status ----------------------------------------------------------------------------
     @property
@@ -249,7 +254,7 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
             self._warn = kwargs.get("warning_callback")
             self._notify = kwargs.get("status_callback")
             self._session_id = session_id or ""
-            self._user = str(kwargs.get("user_id") or self._cfg["user"] or getpass.getuser())
+            self._user = resolve_user(kwargs.get("platform"), kwargs.get("user_id"), self._cfg["user"])
             profile = kwargs.get("agent_identity")
             self._agent = self._cfg["agent"] or (f"hermes:{profile}" if profile and profile != "default" else "hermes")
             # the host asks providers not to write from cron, subagent and flush contexts
@@ -257,6 +262,16 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
             self._queue = queue.Queue(maxsize=int(self._cfg["queue_size"]))
             self._recaller = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgmem-recall")
             self._closed = False
+            if self._user is None:
+                self._writes_enabled = False
+                # A gateway session without a user id: there is nobody to remember for, and one shared fallback
+                # identity would mix every person of the platform into one memory.
+                self._set_state("unavailable")
+                self._fail("no user", PgmemError(
+                    f"hermes passed no user id for platform {kwargs.get('platform')!r}; memory is off for this "
+                    "session (nothing is stored or recalled)"))
+                self._attempted.set()
+                return
             self._set_state("connecting")
             self._worker = threading.Thread(target=self._run_worker, name="pgmem-writer", daemon=True)
             self._worker.start()
@@ -273,8 +288,15 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
                                   min_size=1, max_size=4)
         else:
             self._memory = self._memory.with_identity(user_id=self._user, agent_id=self._agent)
-        self._memory.space()
-        self._memory.embedder.embed(["warm up"])
+        space = self._memory.space()
+        emb = self._memory.embedder
+        if (emb.model_name, emb.dims) != (space.model, space.dims):
+            # Every write and search would fail: say so now instead of "ready" (writes stay pending).
+            raise EmbeddingSpaceMismatch(
+                f"space {space.name!r} holds embeddings of model {space.model!r} ({space.dims} dimensions), but the "
+                f"configured embedder is {emb.model_name!r} ({emb.dims} dimensions)",
+                hint="set PGMEM_EMBEDDER to the space's model, or PGMEM_SPACE to a space of this embedder")
+        emb.embed(["warm up"])
 
     def _run_worker(self) -> None:
         try:
@@ -303,17 +325,21 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
         try:
             if item["op"] == "add":
                 m.add(item["content"], metadata=item.get("metadata"), session_id=item.get("session_id") or None)
-            elif item["op"] == "remove":
-                flt = {"source": SOURCE, "target": item.get("target")}
-                cursor = None
-                while True:
-                    page = m.list(contains=item["content"], filter=flt, limit=1000, cursor=cursor)
-                    for r in page.items:
-                        if r.content == item["content"]:
-                            m.delete(r.id)
-                    if page.next_cursor is None:
-                        break
-                    cursor = page.next_cursor
+            elif item["op"] in ("remove", "replace"):
+                found = self._mirrored(item["old_text"], item.get("target"))
+                if len(found) != 1:
+                    what = "no mirrored entry contains" if not found else f"{len(found)} mirrored entries contain"
+                    self._count("skipped_writes")
+                    self._fail(f"{item['op']} not mirrored", PgmemError(
+                        f"{what} {item['old_text'][:80]!r} (target {item.get('target')!r}); nothing was changed"))
+                    return
+                if item["op"] == "remove":
+                    m.delete(found[0].id)
+                else:
+                    try:
+                        m.update(found[0].id, content=item["content"])
+                    except DuplicateMemory:  # the new text is mirrored already: the old copy just goes
+                        m.delete(found[0].id)
             self._count("written")
         except DatabaseUnavailable as exc:
             self._keep_pending([item])
@@ -321,6 +347,19 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
         except Exception as exc:
             self._count("failed_writes")
             self._fail(f"write failed ({item['op']})", exc)
+
+    def _mirrored(self, old_text: str, target: Optional[str]) -> List[Any]:
+        """The distinct mirrored entries of the built-in memory tool (``target`` memory or user) whose text
+        contains ``old_text``, as the tool itself matches an entry (a literal, case-sensitive substring)."""
+        flt = {"source": SOURCE, "kind": "memory", "target": target}
+        out: List[Any] = []
+        cursor = None
+        while True:
+            page = self._memory.list(contains=old_text, filter=flt, limit=1000, cursor=cursor)
+            out += [r for r in page.items if old_text in r.content]
+            if page.next_cursor is None or len(out) > 1:
+                return out
+            cursor = page.next_cursor
 
     def _wait_ready(self, timeout: float) -> bool:
         self._attempted.wait(timeout)
@@ -420,24 +459,47 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
 
     def on_memory_write(self, action: str, target: str, content: str,
                         metadata: Optional[Dict[str, Any]] = None) -> None:
-        """Mirror hermes' built-in memory tool: add/replace store the entry, remove deletes the mirrored copy."""
+        """Mirror hermes' built-in memory tool, in the shapes hermes-agent's MemoryManager sends
+        (``notify_memory_tool_write``: one call per operation, ``metadata["old_text"]`` naming the entry):
+
+        - ``add``: store ``content`` (metadata source hermes, kind memory, target);
+        - ``replace``: the one mirrored entry of ``target`` containing ``old_text`` gets ``content`` as its
+          text (an UPDATE in its history), so the old fact never stays beside the new one;
+        - ``remove`` (``content`` empty): delete the one mirrored entry containing ``old_text``.
+
+        Like the tool itself, ``old_text`` is a literal substring; when it matches no mirrored entry or
+        several distinct ones, nothing changes and a warning says so. Without ``old_text`` (older hosts),
+        ``remove`` matches on ``content`` and ``replace`` stores ``content`` as a new entry."""
         try:
-            if not self._writes_enabled or not content or not content.strip():
+            if not self._writes_enabled:
                 return
-            if action in ("add", "replace"):
+            old_text = str((metadata or {}).get("old_text") or "").strip()
+            content = content or ""
+            if action == "remove":
+                old_text = old_text or content.strip()
+                if old_text:
+                    self._put({"op": "remove", "old_text": old_text, "target": target})
+                return
+            if not content.strip():
+                return
+            if action == "replace" and old_text:
+                self._put({"op": "replace", "old_text": old_text, "content": content[:MAX_CONTENT_CHARS],
+                           "target": target})
+            elif action in ("add", "replace"):
                 self._put({"op": "add", "content": content[:MAX_CONTENT_CHARS], "session_id": self._session_id,
                            "metadata": {"source": SOURCE, "kind": "memory", "target": target}})
-            elif action == "remove":
-                self._put({"op": "remove", "content": content, "target": target})
         except Exception as exc:
             self._fail("mirroring a memory write failed", exc)
 
     def flush(self, timeout: float) -> bool:
-        """Wait until every queued write is applied; False after ``timeout`` seconds."""
+        """Wait until every queued write is applied (a connection still being made is waited for too);
+        False after ``timeout`` seconds."""
         q = self._queue
+        deadline = time.monotonic() + timeout
+        if q is not None and not self._ready.is_set():
+            self._attempted.wait(timeout)
         if q is None or not self._ready.is_set():
             return q is None or q.unfinished_tasks == 0
-        deadline = time.monotonic() + timeout
         with q.all_tasks_done:
             while q.unfinished_tasks:
                 remaining = deadline - time.monotonic()
@@ -493,11 +555,13 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
         return Path(self._hermes_home or _hermes_home()) / PENDING_FILE
 
     def _keep_pending(self, items: List[Dict[str, Any]]) -> Path:
+        """Append ``items`` to the pending file, which holds memories: created 0600 in a 0700 directory (an
+        existing file or directory is narrowed to that)."""
         path = self._pending_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, path.open("a", encoding="utf-8") as f:
-            for item in items:
-                f.write(json.dumps({**item, "user": self._user, "agent": self._agent}, ensure_ascii=False) + "\n")
+        with self._lock:
+            with _open_private(path, "a") as f:
+                for item in items:
+                    f.write(json.dumps({**item, "user": self._user, "agent": self._agent}, ensure_ascii=False) + "\n")
             self._stats["kept_pending"] += len(items)
         return path
 
@@ -511,10 +575,50 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
                 item = json.loads(line)
                 (mine if item.get("user") == self._user and item.get("agent") == self._agent else others).append(line)
         if others:
-            path.write_text("\n".join(others) + "\n", encoding="utf-8")
+            with _open_private(path, "w") as f:
+                f.write("\n".join(others) + "\n")
         else:
             path.unlink()
         return [{k: v for k, v in json.loads(line).items() if k not in ("user", "agent")} for line in mine]
+
+
+def resolve_user(platform: Optional[str], host_user_id: Any, configured: Optional[str]) -> Optional[str]:
+    """The pgmem user of a hermes session.
+
+    - A user id from the host of a messaging platform is namespaced by the platform (``telegram:12345``,
+      ``discord:12345``): two platforms' users with the same number are different people.
+    - On the CLI platform (or when hermes names none), the host's user id as is, else the configured user
+      (``PGMEM_USER`` / pgmem.json), else the OS login: the person at the terminal.
+    - On a messaging platform without a user id from the host: None (memory is off for that session).
+      Neither the configured user nor the OS login stands in, since that one identity would collect every
+      person of the platform."""
+    platform = str(platform or "").strip().lower()
+    host = str(host_user_id).strip() if host_user_id is not None else ""
+    if platform in ("", "cli"):
+        return host or configured or getpass.getuser()
+    if not host:
+        return None
+    return f"{platform}:{host}"
+
+
+class _open_private:
+    """``open(path, mode)`` for text, the file created 0600 and its directory 0700 (both narrowed when they
+    exist with wider modes); a context manager."""
+
+    def __init__(self, path: Path, mode: str) -> None:
+        self.path, self.mode = path, mode
+
+    def __enter__(self):
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.path.parent, 0o700)
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if self.mode == "a" else os.O_TRUNC)
+        fd = os.open(self.path, flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        os.fchmod(fd, 0o600)
+        self.file = os.fdopen(fd, self.mode, encoding="utf-8")
+        return self.file
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
 
 
 def _hit(h: Any) -> Dict[str, Any]:

@@ -1,5 +1,5 @@
 """``pgmem install-plugin HOST``: a shim package in an agent host's plugin directory that imports the
-pip-installed pgmem. The shim holds no pgmem code, so upgrading is ``pip install -U pgmem`` and a restart.
+pip-installed pgmem. The shim holds no pgmem code, so upgrading is ``pip install -U pgmem-agents`` and a restart.
 
 hermes-agent: ``$HERMES_HOME/plugins/pgmem/`` (``__init__.py`` + ``plugin.yaml``); hermes scans that
 directory for memory providers (it reads no entry point for them). A previous install is moved to a hidden
@@ -10,6 +10,7 @@ that fails, the previous install is put back and the error is raised.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -28,8 +29,8 @@ PLUGIN = "pgmem"
 HERMES_SHIM = '''\
 """pgmem memory provider for hermes-agent (MemoryProvider): a shim written by `pgmem install-plugin hermes`.
 
-It holds no pgmem code: it imports the pgmem installed with pip in this Python, so `pip install -U pgmem`
-and a restart upgrade it. Remove it with `pgmem install-plugin hermes --uninstall`.
+It holds no pgmem code: it imports the pgmem installed with pip in this Python, so
+`pip install -U pgmem-agents` and a restart upgrade it. Remove it with `pgmem install-plugin hermes --uninstall`.
 """
 
 try:
@@ -39,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - pgmem missing from hermes' Pyth
     import sys
 
     logging.getLogger(__name__).warning(
-        "the pgmem memory provider needs pgmem in this Python (%s): pip install pgmem (%s)", sys.executable, exc)
+        "the pgmem memory provider needs pgmem in this Python (%s): pip install pgmem-agents (%s)", sys.executable, exc)
     raise
 
 
@@ -52,7 +53,7 @@ name: pgmem
 version: {version}
 description: "pgmem: shared, durable memory for all of a user's agents, on PostgreSQL and pgvector (hybrid recall)."
 pip_dependencies:
-  - pgmem
+  - pgmem-agents
 """
 
 # Loads the shim as hermes' plugins.memory._load_provider_from_dir does (a module from a file, then
@@ -98,14 +99,33 @@ def _run(code: str, *args: str, home: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+def hermes_version() -> str | None:
+    """The version of hermes-agent installed in this Python, or None when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hermes-agent")
+    except PackageNotFoundError:
+        return None
+
+
 def install(host: str, home: Path | str | None = None, *, activate: bool = False) -> dict[str, Any]:
-    """Write the shim for ``host``; returns ``{"path", "backup", "activated", "message"}``. Raises PgmemError
-    when the shim does not load in a fresh interpreter (the previous install is restored)."""
+    """Write the shim for ``host``; returns ``{"path", "backup", "activated", "message"}``.
+
+    Raises PgmemError, having changed nothing on disk, when hermes-agent is not installed in this Python
+    (the shim would import a pgmem hermes never sees), when the shim does not load in a fresh interpreter,
+    or when ``activate`` fails: the previous install is put back and directories the command created are
+    removed."""
     from .. import __version__
 
     _check_host(host)
+    if hermes_version() is None:
+        raise PgmemError(f"hermes-agent is not installed in this Python ({sys.executable}); nothing was written",
+                         hint="run pgmem install-plugin hermes with the Python that runs hermes-agent (where "
+                              "`pip install hermes-agent` went), after `pip install pgmem-agents` there")
     root = hermes_home(home)
     plugins = root / "plugins"
+    created = [d for d in (root, plugins) if not d.exists()]  # removed again when the install fails
     plugins.mkdir(parents=True, exist_ok=True)
     target = plugins / PLUGIN
     staging = Path(tempfile.mkdtemp(prefix=f".{PLUGIN}.new-", dir=plugins))
@@ -116,21 +136,30 @@ def install(host: str, home: Path | str | None = None, *, activate: bool = False
         backup = plugins / f".{PLUGIN}.backup-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         target.rename(backup)
     staging.rename(target)
-    check = _run(VERIFY, str(target), home=root)
-    if check.returncode != 0 or check.stdout.strip() != PLUGIN:
+
+    def undo() -> None:
         shutil.rmtree(target, ignore_errors=True)
         if backup is not None:
             backup.rename(target)
+        for d in reversed(created):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only when empty: nothing of the user's is removed
+
+    check = _run(VERIFY, str(target), home=root)
+    if check.returncode != 0 or check.stdout.strip() != PLUGIN:
+        undo()
         detail = (check.stderr.strip().splitlines() or ["no output"])[-1]
         raise PgmemError(f"the {host} shim does not load in a fresh interpreter ({sys.executable}): {detail}",
-                         hint="install pgmem into the Python that runs hermes-agent: pip install pgmem")
+                         hint="install pgmem into the Python that runs hermes-agent: pip install pgmem-agents")
     activated = False
     if activate:
         done = _run(ACTIVATE, home=root)
         if done.returncode != 0:
+            undo()
             detail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise PgmemError(f"installed {target}, but could not set memory.provider: {detail}",
-                             hint="is hermes-agent installed in this Python? else: hermes config set memory.provider pgmem")
+            raise PgmemError(f"could not set memory.provider, so nothing was installed: {detail}",
+                             hint="check hermes' config.yaml, then run the command again; or install without "
+                                  "--activate and run: hermes config set memory.provider pgmem")
         activated = True
     message = f"installed {target} (imports pgmem {__version__} from {Path(sys.executable).parent})"
     if backup is not None:
