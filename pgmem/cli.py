@@ -1238,18 +1238,27 @@ def mcp_(ctx: typer.Context,
              "--transport", help="stdio (for a client that starts the server) or streamable-http.")] = "stdio",
          port: Annotated[int, typer.Option("--port", min=1, max=65535,
                                            help="Port of --transport streamable-http (bound to 127.0.0.1).")] = 8765,
+         token: Annotated[Optional[str], typer.Option(
+             "--token", envvar="PGMEM_MCP_TOKEN", show_default=False, show_envvar=True,
+             help="Bearer token every HTTP request must carry (at least 16 characters; prefer the environment "
+                  "variable: a command line is visible to other local users). Required with streamable-http."
+         )] = None,
          dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
          role: RoleOpt = None) -> None:
     """A Model Context Protocol server (tools: remember, recall, edit, forget, history, list,
     supersede_memory, append_turn, get_context) bound to one user from --user / PGMEM_USER; no tool argument
-    can change it. Needs the mcp extra of pgmem."""
+    can change it. Over streamable-http every request needs `Authorization: Bearer <token>` and a loopback
+    Host header. Needs the mcp extra of pgmem."""
     from . import mcp_server
 
     o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role)
+    if transport == "streamable-http":
+        mcp_server.resolve_token(token)  # before anything else: no server without a token
     if not o.user:
         raise IdentityError("no pgmem user given", hint="pass --user NAME or set PGMEM_USER")
     mcp_server.serve(o.dsn, user=o.user, agent=o.agent, space=o.space,
-                     role=o.role if o.role is not None else ..., transport=transport, port=port)
+                     role=o.role if o.role is not None else ..., transport=transport, port=port,
+                     token=token if transport == "streamable-http" else None)
 
 
 @app.command("install-plugin")
