@@ -261,7 +261,8 @@ def transport_security(host: str, port: int) -> Any:
 class BearerAuth:
     """ASGI middleware: an HTTP request passes to ``app`` only with ``Authorization: Bearer <token>`` (the
     scheme case-insensitive, the token compared in constant time); otherwise 401 with ``WWW-Authenticate:
-    Bearer`` (RFC 6750) and a JSON body, and ``app`` never sees it. Lifespan events pass through."""
+    Bearer`` (RFC 6750) and a JSON body, and ``app`` never sees it (a WebSocket is closed with 1008).
+    Lifespan events pass through."""
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
@@ -275,8 +276,12 @@ class BearerAuth:
         return False
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or self._authorized(scope):
-            await self.app(scope, receive, send)
+        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
+            await self.app(scope, receive, send)  # lifespan events, and authorized requests
+            return
+        if scope["type"] == "websocket":  # the SDK serves none; refused the same way all the same
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
             return
         body = b'{"error":"invalid_token","error_description":"a valid Authorization: Bearer token is required"}'
         await send({"type": "http.response.start", "status": 401,
