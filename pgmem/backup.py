@@ -792,5 +792,6 @@ def verify(path: str | os.PathLike, dsn: str, *, manifest: dict | None = None) -
     return checks
 
 
-__all__ = ["backup", "restore", "verify", "read_manifest", "roles_data", "check_roles_data", "table_counts", "find_program",
+__all__ = ["backup", "restore", "verify", "read_manifest", "roles_data", "check_roles_data", "table_counts",
+           "find_program",
            "BackupResult", "RestoreResult", "VerificationFailed", "INFRASTRUCTURE"]

@@ -442,4 +442,5 @@ def erase_user(user_id: str, directory: Path | str | None = None) -> dict[str, i
             os.close(fd)  # releases the flock
 
 
-__all__ = ["Journal", "JournalBusy", "JournalError", "UnsafeJournal", "check_name", "erase_user", "journal_dir", "encode"]
+__all__ = ["Journal", "JournalBusy", "JournalError", "UnsafeJournal", "check_name", "erase_user", "journal_dir",
+           "encode"]
