@@ -27,6 +27,7 @@ from .errors import (
     PgmemError,
     SchemaError,
     ScopeRequired,
+    UnsafePath,
     ValidationError,
     VersionConflict,
 )
@@ -42,5 +43,5 @@ __all__ = [
     "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
     "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
-    "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder",
+    "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "UnsafePath", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder",
 ]

@@ -1,21 +1,31 @@
 """``pgmem backup`` and ``pgmem restore``: a whole pgmem database as a directory, restored and verified.
 
-A backup is a directory of three files (docs/operations.md):
+A backup is a directory of three files (docs/operations.md), the directory created 0700 and every file
+0600 and exclusively (``O_EXCL``: never through a symbolic link, never over an existing file):
 
 - ``db.dump``: ``pg_dump -Fc`` of the whole database: the pgmem schema with its data, the vector extension,
-  and yoyo's migration tables in ``public``;
-- ``roles.sql``: idempotent SQL recreating the roles pgmem needs (``pgmem_*``, the schema owner, the logins
-  bound in ``pgmem.role_bindings`` and every other member of a ``pgmem_*`` role) and their memberships in
-  ``pgmem_*`` roles. Never passwords: a DBA sets them;
+  and yoyo's migration tables in ``public``; without the rows of ``pgmem.role_bindings``, which name roles
+  of the source cluster and are restored from ``roles.json`` through ``pgmem.bind_role``;
+- ``roles.json``: data, never SQL: the roles pgmem needs besides ``pgmem_agent`` and ``pgmem_gateway`` (the
+  schema owner, the logins bound in ``pgmem.role_bindings`` and every other member of those two), each as
+  ``{"name", "login", "member_of"}`` with ``member_of`` a subset of ``["pgmem_agent", "pgmem_gateway"]``,
+  and the bindings as ``{"role", "user_id"}``. No passwords and no other attribute (SUPERUSER, BYPASSRLS,
+  CREATEROLE, ...): a DBA grants those;
 - ``manifest.json``: versions, applied migrations, exact row counts of every table in schema ``pgmem``, a
   probe memory (id, user, space, SHA-256 of its content), and the SHA-256 of the two other files.
 
 The counts and the dump come from one snapshot: a REPEATABLE READ transaction exports it
 (``pg_export_snapshot()``), counts every table, and stays open while ``pg_dump --snapshot`` reads the same
-snapshot. :func:`restore` creates (or takes an empty) target database, applies ``roles.sql``, runs
-``pg_restore --single-transaction --exit-on-error`` and then :func:`verify`: migrations current, row counts
-equal to the manifest's, the probe memory found by ``pgmem.search`` with its own embedding and its content
-hash unchanged.
+snapshot. :func:`restore` checks the files against the manifest and ``roles.json`` against the shape above
+(anything else means the backup was altered: refused before anything is done), creates (or takes an
+empty) target database, creates the missing roles from that data (names quoted as identifiers; ``LOGIN``
+or ``NOLOGIN`` and nothing else; memberships granted only to the roles it created), runs ``pg_restore
+--single-transaction --exit-on-error``, calls ``pgmem.bind_role`` for every binding and then :func:`verify`:
+migrations current, row counts equal to the manifest's, the probe memory found by ``pgmem.search`` with
+its own embedding and its content hash unchanged. Restore never executes SQL text read from a backup; a
+backup of format 1 (with ``roles.sql``) is restored without running that file, into a cluster that has
+its roles already. The trust model is in docs/operations.md: the manifest's hashes detect accidents, not
+attackers.
 
 pg_dump and pg_restore come from ``--bin-dir``, else the embedded server's (``pgmem.server.bin_dir()``),
 else ``PATH``; the first whose major version is at least the server's is used. The DSN reaches them with
@@ -26,12 +36,15 @@ maintenance queries, not the memory API, which :func:`verify` calls through ``qu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,14 +55,22 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
+from . import files
 from .doctor import INFRASTRUCTURE, Check
 from .errors import DatabaseUnavailable, IdentityError, PermissionDenied, PgmemError, SchemaError, from_psycopg
 
-FORMAT = 1
+FORMAT = 2
+FORMATS = (1, 2)  # 1: roles in roles.sql (never executed any more), 2: roles.json
 DUMP_FILE = "db.dump"
-ROLES_FILE = "roles.sql"
+ROLES_FILE = "roles.json"
+LEGACY_ROLES_FILE = "roles.sql"
 MANIFEST_FILE = "manifest.json"
 PROBE_K = 10
+#: The roles the migrations create (sql/0002): restore creates them as the migration does when missing,
+#: never from the backup's data, and they are the only memberships a backup may ask for.
+GROUP_ROLES = ("pgmem_agent", "pgmem_gateway")
+MAX_ROLE_NAME_BYTES = 63  # NAMEDATALEN - 1
+MAX_USER_ID = 256  # pgmem.role_bindings' CHECK
 
 
 class VerificationFailed(PgmemError):
@@ -70,11 +91,14 @@ class BackupResult:
 
 @dataclass(frozen=True)
 class RestoreResult:
-    """What :func:`restore` did: the target database, whether it created it, and the verification checks."""
+    """What :func:`restore` did: the target database, whether it created it, the verification checks, the
+    roles it created (from ``roles.json``) and notes (memberships it did not grant to existing roles)."""
 
     database: str
     created: bool
     checks: list[Check]
+    roles_created: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -127,50 +151,35 @@ EXPIRY_WITH_TTL = "coalesce(m.expires_at, m.created_at + s.memory_ttl, 'infinity
 EXPIRY_OWN = "coalesce(m.expires_at, 'infinity'::timestamptz)"
 VALIDITY = {"memories.valid_to": " AND m.valid_to IS NULL", "memories.superseded_by": " AND m.superseded_by IS NULL",
             "memories.valid_from": " AND m.valid_from <= now()"}
-# roles.sql: the roles pgmem needs, read from pg_roles and pg_auth_members, names quoted by the database
-# (quote_ident, quote_literal); the statements are the constant templates below.
+# roles.json: the roles pgmem needs besides its group roles, read from pg_roles and pg_auth_members.
 SQL_NEEDED_ROLES = """
-SELECT r.rolname AS name, quote_ident(r.rolname) AS ident, quote_literal(r.rolname) AS lit, r.rolsuper AS superuser,
-       concat_ws(' ', CASE WHEN r.rolcanlogin THEN 'LOGIN' ELSE 'NOLOGIN' END,
-                      CASE WHEN r.rolinherit THEN 'INHERIT' ELSE 'NOINHERIT' END,
-                      CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' ELSE 'NOBYPASSRLS' END,
-                      CASE WHEN r.rolcreaterole THEN 'CREATEROLE' END,
-                      CASE WHEN r.rolcreatedb THEN 'CREATEDB' END) AS attributes
+SELECT r.rolname AS name, r.rolcanlogin AS login,
+       array(SELECT g.rolname FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles g ON g.oid = m.roleid
+             WHERE m.member = r.oid AND g.rolname = ANY (%(groups)s) ORDER BY g.rolname)::text[] AS member_of
 FROM pg_catalog.pg_roles r
-WHERE starts_with(r.rolname, 'pgmem_')
-   OR r.oid = (SELECT nspowner FROM pg_catalog.pg_namespace WHERE nspname = 'pgmem')
-   OR r.rolname IN (SELECT b.role_name FROM pgmem.role_bindings b)
-   OR r.oid IN (SELECT m.member FROM pg_catalog.pg_auth_members m
-                JOIN pg_catalog.pg_roles g ON g.oid = m.roleid WHERE starts_with(g.rolname, 'pgmem_'))
-ORDER BY starts_with(r.rolname, 'pgmem_') DESC, r.rolname
+WHERE r.rolname <> ALL (%(groups)s)
+  AND (r.oid = (SELECT nspowner FROM pg_catalog.pg_namespace WHERE nspname = 'pgmem')
+       OR r.oid IN (SELECT coalesce((to_jsonb(b) ->> 'role_oid')::oid, r2.oid) FROM pgmem.role_bindings b
+                    JOIN pg_catalog.pg_roles r2 ON r2.rolname = b.role_name)
+       OR r.oid IN (SELECT m.member FROM pg_catalog.pg_auth_members m
+                    JOIN pg_catalog.pg_roles g ON g.oid = m.roleid WHERE g.rolname = ANY (%(groups)s)))
+ORDER BY r.rolname
 """
-SQL_MEMBERSHIPS = """
-SELECT quote_ident(g.rolname) AS role_ident, quote_literal(g.rolname) AS role_lit,
-       quote_ident(u.rolname) AS member_ident, quote_literal(u.rolname) AS member_lit,
-       bool_or(m.admin_option) AS admin
-FROM pg_catalog.pg_auth_members m
-JOIN pg_catalog.pg_roles g ON g.oid = m.roleid
-JOIN pg_catalog.pg_roles u ON u.oid = m.member
-WHERE starts_with(g.rolname, 'pgmem_') AND u.rolname = ANY (%(members)s) AND NOT u.rolsuper
-GROUP BY g.rolname, u.rolname
-ORDER BY g.rolname, u.rolname
+# Since migration 0007 a binding names its role by OID (role_oid): a role dropped and created again under the
+# same name is not the bound one, and its binding is stale. Before 0007, by name.
+SQL_BINDINGS = """
+SELECT b.role_name::text AS role, b.user_id,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = b.role_name
+               AND r.oid = coalesce((to_jsonb(b) ->> 'role_oid')::oid, r.oid)) AS role_exists
+FROM pgmem.role_bindings b
+ORDER BY b.role_name
 """
-CREATE_ROLE = """DO $pgmem$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = {lit}) THEN
-        CREATE ROLE {ident} {attributes};
-    END IF;
-END
-$pgmem$;"""
-GRANT_ROLE = """DO $pgmem$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
-                   JOIN pg_catalog.pg_roles g ON g.oid = m.roleid JOIN pg_catalog.pg_roles u ON u.oid = m.member
-                   WHERE g.rolname = {role_lit} AND u.rolname = {member_lit}) THEN
-        GRANT {role_ident} TO {member_ident}{admin};
-    END IF;
-END
-$pgmem$;"""
+SQL_ROLE = """
+SELECT r.rolname AS name,
+       array(SELECT g.rolname FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles g ON g.oid = m.roleid
+             WHERE m.member = r.oid)::text[] AS member_of
+FROM pg_catalog.pg_roles r WHERE r.rolname = %(name)s
+"""
 SQL_TARGET_TABLES = """
 SELECT n.nspname || '.' || c.relname AS name
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -240,8 +249,11 @@ def _libpq_args(dsn: str) -> tuple[str, dict[str, str]]:
     return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None}), env
 
 
-def _run_program(args: list[str], env: dict[str, str], what: str) -> None:
-    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+def _run_program(args: list[str], env: dict[str, str], what: str, *, stdout: int | None = None) -> None:
+    """Run a client program; ``stdout``: a file descriptor receiving its output (else captured and dropped).
+    PgmemError with the last lines of its stderr when it fails."""
+    proc = subprocess.run(args, stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env=env)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         detail = " / ".join(lines[-4:]) or f"exit code {proc.returncode}"
@@ -293,27 +305,69 @@ def _probe(conn: psycopg.Connection) -> dict | None:
             "content_sha256": hashlib.sha256(row["content"].encode("utf-8")).hexdigest()}
 
 
-def roles_script(conn: psycopg.Connection) -> tuple[str, list[str]]:
-    """The text of ``roles.sql`` for the database of ``conn``, and the names of its roles: idempotent DO
-    blocks creating each role pgmem needs when it is missing (no password; LOGIN, INHERIT, BYPASSRLS,
-    CREATEROLE, CREATEDB as in the source, never SUPERUSER) and granting its memberships in ``pgmem_*``
-    roles. The roles: ``pgmem_*``, the schema owner, the logins in ``pgmem.role_bindings`` and every other
-    member of a ``pgmem_*`` role. Needs read access to ``pgmem.role_bindings``."""
+def roles_data(conn: psycopg.Connection) -> tuple[dict, list[str]]:
+    """The content of ``roles.json`` for the database of ``conn`` (module documentation), and the names of
+    the bindings left out because their role no longer exists (a binding that outlived ``DROP ROLE``: no
+    login can use it, and restoring it would hand it to a new role of that name). Needs read access to
+    ``pgmem.role_bindings``."""
     with conn.cursor(row_factory=dict_row) as cur:
-        roles = cur.execute(SQL_NEEDED_ROLES).fetchall()
-        grants = cur.execute(SQL_MEMBERSHIPS, {"members": [r["name"] for r in roles]}).fetchall()
-    parts = [("-- pgmem roles: run as a role with CREATEROLE (a superuser for BYPASSRLS roles) before pg_restore.\n"
-              "-- Idempotent: existing roles and memberships are left as they are.\n"
-              "-- No passwords are stored: set them with ALTER ROLE name PASSWORD '...' (a DBA's job).")]
-    for r in roles:
-        note = (f"-- {r['ident']} is a superuser in the source cluster; it is recreated without SUPERUSER.\n"
-                if r["superuser"] else "")
-        parts.append(note + CREATE_ROLE.format(lit=r["lit"], ident=r["ident"], attributes=r["attributes"]))
-    for g in grants:
-        admin = " WITH ADMIN OPTION" if g["admin"] else ""
-        parts.append(GRANT_ROLE.format(role_lit=g["role_lit"], member_lit=g["member_lit"], role_ident=g["role_ident"],
-                                       member_ident=g["member_ident"], admin=admin))
-    return "\n\n".join(parts) + "\n", [r["name"] for r in roles]
+        roles = cur.execute(SQL_NEEDED_ROLES, {"groups": list(GROUP_ROLES)}).fetchall()
+        bindings = cur.execute(SQL_BINDINGS).fetchall()
+    data = {"roles": [{"name": r["name"], "login": bool(r["login"]), "member_of": list(r["member_of"])}
+                      for r in roles],
+            "bindings": [{"role": b["role"], "user_id": b["user_id"]} for b in bindings if b["role_exists"]]}
+    return data, [b["role"] for b in bindings if not b["role_exists"]]
+
+
+def _altered(problem: str) -> PgmemError:
+    return PgmemError(f"{ROLES_FILE} of the backup {problem}; pgmem never writes that, so the backup was altered "
+                      "or is not pgmem's: nothing was restored",
+                      hint="restore only backups you made or trust, and compare roles.json with what you expect "
+                           "(docs/operations.md, trust model of a restore)")
+
+
+def check_roles_data(data: Any) -> dict:
+    """``data`` (the parsed ``roles.json``) if it has exactly the shape :func:`roles_data` writes, else
+    PgmemError naming what is wrong (the backup was altered). Checked before a restore does anything."""
+    if not isinstance(data, dict) or set(data) != {"roles", "bindings"}:
+        raise _altered(f"has the keys {sorted(data) if isinstance(data, dict) else type(data).__name__}, "
+                       "not exactly roles and bindings")
+    roles, bindings = data["roles"], data["bindings"]
+    if not isinstance(roles, list) or not isinstance(bindings, list):
+        raise _altered("holds roles or bindings that are not lists")
+    names: set[str] = set()
+    for i, r in enumerate(roles):
+        if not isinstance(r, dict) or set(r) != {"name", "login", "member_of"}:
+            raise _altered(f"describes role {i} with {sorted(r) if isinstance(r, dict) else r!r}, not exactly "
+                           "name, login and member_of (no attribute such as SUPERUSER is ever restored)")
+        name = r["name"]
+        if not isinstance(name, str) or not name or "\x00" in name \
+                or len(name.encode("utf-8")) > MAX_ROLE_NAME_BYTES:
+            raise _altered(f"names role {i} {name!r}, not a role name of 1 to {MAX_ROLE_NAME_BYTES} bytes")
+        if name in GROUP_ROLES or name.startswith("pg_"):
+            raise _altered(f"lists role {name!r}, which is reserved (pgmem's group roles and pg_* are never restored)")
+        if name in names:
+            raise _altered(f"lists role {name!r} twice")
+        if not isinstance(r["login"], bool):
+            raise _altered(f"gives role {name!r} login {r['login']!r}, not true or false")
+        member_of = r["member_of"]
+        if not isinstance(member_of, list) or any(g not in GROUP_ROLES for g in member_of) \
+                or len(set(member_of)) != len(member_of):
+            raise _altered(f"makes role {name!r} a member of {member_of!r}; only {' and '.join(GROUP_ROLES)} "
+                           "may be granted")
+        names.add(name)
+    bound: set[str] = set()
+    for i, b in enumerate(bindings):
+        if not isinstance(b, dict) or set(b) != {"role", "user_id"}:
+            raise _altered(f"describes binding {i} with {sorted(b) if isinstance(b, dict) else b!r}, not exactly "
+                           "role and user_id")
+        if b["role"] not in names or b["role"] in bound:
+            raise _altered(f"binds {b['role']!r}, which is not one of its roles or is bound twice")
+        user = b["user_id"]
+        if not isinstance(user, str) or not user or len(user) > MAX_USER_ID or "\x00" in user:
+            raise _altered(f"binds {b['role']!r} to {user!r}, not a user id of 1 to {MAX_USER_ID} characters")
+        bound.add(b["role"])
+    return data
 
 
 def _check_backup_role(conn: psycopg.Connection) -> None:
@@ -335,27 +389,54 @@ def _check_backup_role(conn: psycopg.Connection) -> None:
 # Backup
 # --------------------------------------------------------------------------------------------------------
 def backup(dsn: str, path: str | os.PathLike, *, bin_dir: str | os.PathLike | None = None) -> BackupResult:
-    """Back up the whole database at ``dsn`` into the directory ``path`` (created; it must not exist or be
-    empty): ``db.dump``, ``roles.sql``, ``manifest.json`` (see the module docstring).
+    """Back up the whole database at ``dsn`` into the directory ``path``: ``db.dump``, ``roles.json``,
+    ``manifest.json`` (see the module docstring). ``path`` is created with mode 0700; an existing one must be
+    an empty directory of this uid, not a symbolic link, not writable by others (it is set to 0700). Every
+    file is created 0600 with ``O_EXCL``.
 
     The row counts of the manifest and the dump come from one exported snapshot, so they agree exactly even
     while agents write. Needs a superuser or a role with BYPASSRLS that can read every table.
 
     Raises IdentityError (the role cannot read every row), PermissionDenied, SchemaError (no pgmem schema),
-    DatabaseUnavailable, and PgmemError when pg_dump fails or no suitable pg_dump is found; a failed backup
-    removes the directory it created.
+    DatabaseUnavailable, UnsafePath (an existing ``path`` owned by another uid, writable by others or a
+    link), and PgmemError when pg_dump fails or no suitable pg_dump is found; a failed backup removes the
+    directory it created (and the files it wrote into an existing one).
     """
-    out = Path(path)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise PgmemError(f"{out} exists and is not an empty directory", hint="give a new directory for the backup")
+    out = Path(os.path.abspath(Path(path).expanduser()))
+    created = not os.path.lexists(out)
+    if not created:
+        files.private_dir(out, create=False)  # a link, another owner, writable by others: UnsafePath
+        if any(out.iterdir()):
+            raise PgmemError(f"{out} exists and is not an empty directory", hint="give a new directory for the backup")
+        os.chmod(out, files.DIR_MODE, follow_symlinks=False)
     conninfo, env = _libpq_args(dsn)
-    created = not out.exists()
     try:
+        if created:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(out, files.DIR_MODE)
+            except FileExistsError:
+                created = False
+                raise PgmemError(f"{out} was created by someone else meanwhile", hint="give a new directory") from None
         return _backup(dsn, out, conninfo, env, bin_dir)
     except BaseException:
         if created:  # a failed backup leaves no directory that could be mistaken for one
             shutil.rmtree(out, ignore_errors=True)
+        else:
+            for name in (DUMP_FILE, ROLES_FILE, MANIFEST_FILE):
+                with contextlib.suppress(OSError):
+                    os.unlink(out / name)
         raise
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (0600, exclusive) holding ``data``, fsync'd."""
+    fd = files.create_private(path)
+    try:
+        files.write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _backup(dsn: str, out: Path, conninfo: str, env: dict[str, str], bin_dir: Any) -> BackupResult:
@@ -374,13 +455,20 @@ def _backup(dsn: str, out: Path, conninfo: str, env: dict[str, str], bin_dir: An
                 counts = table_counts(conn)
                 applied = _applied_ids(conn)
                 probe = _probe(conn)
-                roles, role_names = roles_script(conn)
-                out.mkdir(parents=True, exist_ok=True)
-                _run_program([str(pg_dump), "--no-password", "--format=custom", f"--snapshot={snapshot}",
-                              f"--file={out / DUMP_FILE}", f"--dbname={conninfo}"], env, "pg_dump")
+                roles, stale = roles_data(conn)
+                dump_fd = files.create_private(out / DUMP_FILE)
+                try:  # pg_dump writes to our 0600 file: its own --file would be created with its umask
+                    _run_program([str(pg_dump), "--no-password", "--format=custom", f"--snapshot={snapshot}",
+                                  "--exclude-table-data=pgmem.role_bindings", f"--dbname={conninfo}"],
+                                 env, "pg_dump", stdout=dump_fd)
+                    os.fsync(dump_fd)
+                finally:
+                    os.close(dump_fd)
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
-    (out / ROLES_FILE).write_text(roles, encoding="utf-8")
+    _write_new(out / ROLES_FILE, (json.dumps(roles, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    if "pgmem.role_bindings" in counts:  # the bindings restored are those of roles.json (stale ones left out)
+        counts["pgmem.role_bindings"] = len(roles["bindings"])
     manifest = {
         "format": FORMAT,
         "pgmem_version": __version__,
@@ -394,34 +482,56 @@ def _backup(dsn: str, out: Path, conninfo: str, env: dict[str, str], bin_dir: An
         "migrations": applied,
         "tables": counts,
         "probe": probe,
-        "roles": role_names,
+        "roles": [r["name"] for r in roles["roles"]],
+        "stale_bindings": stale,
         "files": {name: {"sha256": _sha256_file(out / name), "bytes": (out / name).stat().st_size}
                   for name in (DUMP_FILE, ROLES_FILE)},
     }
-    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    _write_new(out / MANIFEST_FILE, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+    files.fsync_dir(out)
     return BackupResult(out, manifest)
 
 
+def _backup_file(p: Path, name: str) -> Path:
+    """``p / name`` if it is a regular file (not a symbolic link), else PgmemError."""
+    f = p / name
+    try:
+        st = os.lstat(f)
+    except FileNotFoundError:
+        raise PgmemError(f"the backup in {p} lacks {name}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise PgmemError(f"{f} is not a regular file (a symbolic link?): the backup was altered",
+                         hint="restore only backups you made or trust")
+    return f
+
+
 def read_manifest(path: str | os.PathLike, *, check_files: bool = True) -> dict:
-    """The manifest of the backup directory ``path``; with ``check_files`` the SHA-256 of ``db.dump`` and
-    ``roles.sql`` are checked too. Raises PgmemError when the backup is incomplete or damaged."""
+    """The manifest of the backup directory ``path`` (format 1 or 2); with ``check_files`` every file it
+    lists (``db.dump`` and ``roles.json``, or ``roles.sql`` in format 1) must be a regular file, not a
+    link, with the SHA-256 of the manifest. Raises PgmemError when the backup is incomplete or damaged.
+    The hashes catch damage, not an attacker, who can rewrite the manifest too (docs/operations.md)."""
     p = Path(path)
     try:
-        manifest = json.loads((p / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PgmemError(f"{p} is not a pgmem backup: {MANIFEST_FILE} is missing",
-                         hint="a backup that stopped before its manifest was written is incomplete") from None
-    except json.JSONDecodeError as exc:
+        manifest = json.loads(_backup_file(p, MANIFEST_FILE).read_text(encoding="utf-8"))
+    except PgmemError:
+        if not os.path.lexists(p / MANIFEST_FILE):
+            raise PgmemError(f"{p} is not a pgmem backup: {MANIFEST_FILE} is missing",
+                             hint="a backup that stopped before its manifest was written is incomplete") from None
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PgmemError(f"{p / MANIFEST_FILE} is not valid JSON: {exc}") from None
-    if manifest.get("format") != FORMAT:
-        raise PgmemError(f"unknown backup format {manifest.get('format')!r} in {p}",
-                         hint="restore it with the pgmem version that wrote it")
+    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
+        raise PgmemError(f"unknown backup format {manifest.get('format') if isinstance(manifest, dict) else None!r} "
+                         f"in {p}", hint="restore it with the pgmem version that wrote it")
+    expected = {DUMP_FILE, ROLES_FILE if manifest["format"] >= 2 else LEGACY_ROLES_FILE}
+    listed = manifest.get("files")
+    if not isinstance(listed, dict) or set(listed) != expected:
+        raise PgmemError(f"the manifest in {p} lists the files {sorted(listed) if isinstance(listed, dict) else listed}"
+                         f", not {sorted(expected)}: the backup is damaged")
     if check_files:
-        for name, meta in manifest["files"].items():
-            f = p / name
-            if not f.is_file():
-                raise PgmemError(f"the backup in {p} lacks {name}")
-            if _sha256_file(f) != meta["sha256"]:
+        for name, meta in listed.items():
+            f = _backup_file(p, name)
+            if not isinstance(meta, dict) or _sha256_file(f) != meta.get("sha256"):
                 raise PgmemError(f"{f} does not match the SHA-256 in the manifest: the backup is damaged")
     return manifest
 
@@ -465,31 +575,90 @@ def _prepare_target(dsn: str) -> tuple[str, bool, bool]:
     return dbname, created, has_vector is not None
 
 
+SQL_ROLE_EXISTS = "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s"
+# pgmem's group roles as the migration creates them (sql/0002), never from a backup.
+GROUP_DEFINITIONS = {"pgmem_agent": "NOLOGIN NOINHERIT NOBYPASSRLS", "pgmem_gateway": "NOLOGIN NOBYPASSRLS"}
+
+
+def _missing_roles(conn: psycopg.Connection, names: list[str]) -> list[str]:
+    return [n for n in names if conn.execute(SQL_ROLE_EXISTS, (n,)).fetchone() is None]
+
+
+def _create_roles(conn: psycopg.Connection, data: dict) -> tuple[list[str], list[str]]:
+    """Create pgmem's group roles when missing (as the migration does), then every role of ``data`` that
+    does not exist: ``CREATE ROLE <name> LOGIN|NOLOGIN`` and the grants of its ``member_of``. Roles that
+    exist are never changed. Returns (roles created, notes)."""
+    created: list[str] = []
+    notes: list[str] = []
+    for group, attributes in GROUP_DEFINITIONS.items():
+        if not _missing_roles(conn, [group]):
+            continue
+        conn.execute(sql.SQL("CREATE ROLE {} " + attributes).format(sql.Identifier(group)))
+        created.append(group)
+    if "pgmem_gateway" in created or "pgmem_agent" in created:
+        conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier("pgmem_agent"), sql.Identifier("pgmem_gateway")))
+    for role in data["roles"]:
+        name, groups = role["name"], role["member_of"]
+        existing = conn.execute(SQL_ROLE, {"name": name}).fetchone()
+        if existing is not None:
+            lacking = [g for g in groups if g not in existing["member_of"]]
+            if lacking:
+                notes.append(f"role {name!r} exists and is not a member of {', '.join(lacking)} as in the backup; "
+                             "not granted (restore never changes an existing role)")
+            continue
+        conn.execute(sql.SQL("CREATE ROLE {} " + ("LOGIN" if role["login"] is True else "NOLOGIN"))
+                     .format(sql.Identifier(name)))
+        for group in groups:
+            if group in GROUP_ROLES:  # checked by check_roles_data already
+                conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(name)))
+        created.append(name)
+    return created, notes
+
+
 def restore(path: str | os.PathLike, dsn: str, *, bin_dir: str | os.PathLike | None = None,
             no_owner: bool = False) -> RestoreResult:
     """Restore the backup directory ``path`` into the database at ``dsn`` and verify it.
 
-    The database is created (from ``template0``, through the maintenance database ``postgres`` of the same
-    server) when it does not exist; an existing one must have no table in schema ``pgmem`` or ``public``.
-    Then ``roles.sql`` is applied, ``pg_restore --single-transaction --exit-on-error`` loads ``db.dump``
-    (``no_owner``: objects owned by the restoring role instead of the original owner), and :func:`verify`
-    runs. Run it as a superuser (the vector extension and BYPASSRLS roles need one).
+    Before anything is done, the files are checked against the manifest and ``roles.json`` against the shape
+    :func:`roles_data` writes (:func:`check_roles_data`). The database is created (from ``template0``,
+    through the maintenance database ``postgres`` of the same server) when it does not exist; an existing one
+    must have no table in schema ``pgmem`` or ``public``. Then the roles are created from ``roles.json`` (no
+    SQL text from the backup is ever executed; existing roles are left as they are), ``pg_restore
+    --single-transaction --exit-on-error`` loads ``db.dump`` (``no_owner``: objects owned by the restoring
+    role instead of the original owner), ``pgmem.bind_role`` restores each binding, and :func:`verify` runs.
+    A format-1 backup's ``roles.sql`` is not run: the roles its manifest names must exist already. Run it as
+    a superuser (the vector extension needs one), or a role with CREATEROLE and CREATEDB where the extension
+    exists.
 
-    Returns a RestoreResult; raises VerificationFailed (with ``checks``) when a check fails, PgmemError when
-    the backup is damaged, the target is not empty, or roles.sql or pg_restore fail.
+    Returns a RestoreResult (``roles_created``, ``notes``); raises VerificationFailed (with ``checks``) when a
+    check fails, PgmemError when the backup is damaged or altered, the target is not empty, roles are
+    missing for a format-1 backup, or creating roles or pg_restore fail.
     """
     src = Path(path)
     manifest = read_manifest(src)
-    dbname, created, has_vector = _prepare_target(dsn)
-    roles = (src / ROLES_FILE).read_text(encoding="utf-8")
+    if manifest["format"] >= 2:
+        try:
+            data = check_roles_data(json.loads(_backup_file(src, ROLES_FILE).read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _altered(f"is not valid JSON ({exc})") from None
+    else:
+        data = None
+    dbname, created, has_vector = _prepare_target(dsn) if data is not None else _prepare_legacy(dsn, manifest, src)
+    notes: list[str] = []
+    roles_created: list[str] = []
     with _connect(dsn, autocommit=True) as conn:
         try:
-            conn.execute(roles)
+            if data is not None:
+                with conn.transaction():
+                    roles_created, notes = _create_roles(conn, data)
+            else:
+                notes.append(f"{LEGACY_ROLES_FILE} of this format-1 backup was not executed (restore never runs SQL "
+                             "text from a backup); its roles exist already")
         except psycopg.Error as exc:
             err = from_psycopg(exc)
-            raise type(err)(f"applying {src / ROLES_FILE} failed: {err.message}",
-                            hint="restore as a role with CREATEROLE (a superuser for BYPASSRLS roles), or have a "
-                                 "DBA run roles.sql first") from exc
+            raise type(err)(f"creating the roles of {src / ROLES_FILE} failed: {err.message}",
+                            hint="restore as a role with CREATEROLE (a superuser for the extension), or have a "
+                                 "DBA create the roles listed in roles.json first") from exc
         server_major = conn.execute("SELECT current_setting('server_version_num')::int / 10000 AS m").fetchone()["m"]
     pg_restore = find_program("pg_restore", bin_dir=bin_dir,
                               min_major=max(server_major, manifest.get("pg_dump_major") or 0))
@@ -505,40 +674,55 @@ def restore(path: str | os.PathLike, dsn: str, *, bin_dir: str | os.PathLike | N
             raise PgmemError(f"pg_restore --list failed: {listing.stderr.strip()}")
         keep = [ln for ln in listing.stdout.splitlines()
                 if not re.search(r"\b(EXTENSION - vector|COMMENT - EXTENSION vector)\b", ln)]
-        list_file = src / f".restore-list-{os.getpid()}"
-        list_file.write_text("\n".join(keep) + "\n", encoding="utf-8")
+        fd, name = tempfile.mkstemp(prefix="pgmem-restore-", suffix=".list")  # 0600, O_EXCL
+        list_file = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(keep) + "\n")
         args.append(f"--use-list={list_file}")
     try:
         _run_program(args + [str(src / DUMP_FILE)], env, "pg_restore")
     finally:
         if list_file is not None:
             list_file.unlink(missing_ok=True)
-    _rekey_bindings(dsn)
+    if data is not None and data["bindings"]:
+        from .queries import query
+
+        with _connect(dsn, autocommit=True) as conn:
+            try:
+                with conn.transaction():
+                    for b in data["bindings"]:
+                        conn.execute(query("bind_role"), {"role": b["role"], "user_id": b["user_id"]})
+            except psycopg.Error as exc:
+                err = from_psycopg(exc)
+                raise type(err)(f"restoring the role bindings failed: {err.message}",
+                                hint="the data is restored; bind the logins of roles.json with pgmem.bind_role") \
+                    from exc
     checks = verify(src, dsn, manifest=manifest)
     failed = [c for c in checks if not c.ok]
     if failed:
         raise VerificationFailed("the restored database failed verification: "
                                  + "; ".join(f"{c.name}: {c.detail}" for c in failed), checks=checks)
-    return RestoreResult(dbname, created, checks)
+    return RestoreResult(dbname, created, checks, roles_created, notes)
 
 
-def _rekey_bindings(dsn: str) -> None:
-    """Since migration 0007 a binding names its role by OID, and the roles of this cluster were created by
-    the restore with OIDs of their own: bind each restored binding's role name again (``pgmem.bind_role``),
-    so a bound login acts as its user here too. A binding whose role does not exist here is left unbound."""
-    with _connect(dsn, autocommit=True) as conn:
-        has_oid = conn.execute("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'pgmem.role_bindings'::regclass"
-                               " AND attname = 'role_oid' AND NOT attisdropped").fetchone()
-        if has_oid is None:
-            return
-        with conn.transaction():
-            stale = conn.execute("SELECT b.role_name, b.user_id FROM pgmem.role_bindings b"
-                                 " WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r"
-                                 " WHERE r.oid = b.role_oid AND r.rolname = b.role_name)").fetchall()
-            for row in stale:
-                conn.execute("DELETE FROM pgmem.role_bindings WHERE role_name = %s", [row["role_name"]])
-                if conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", [row["role_name"]]).fetchone():
-                    conn.execute("SELECT pgmem.bind_role(p_role => %s, p_user_id => %s)", [row["role_name"], row["user_id"]])
+def _prepare_legacy(dsn: str, manifest: dict, src: Path) -> tuple[str, bool, bool]:
+    """:func:`_prepare_target` for a format-1 backup, once the roles its manifest names are known to exist
+    (its roles.sql is never executed): PgmemError listing the missing ones otherwise, before anything."""
+    names = [n for n in manifest.get("roles") or [] if isinstance(n, str)]
+    try:
+        conn = psycopg.connect(dsn, connect_timeout=10, autocommit=True)
+    except psycopg.OperationalError as exc:  # the target does not exist yet: ask the maintenance database
+        if "does not exist" not in str(exc):
+            raise DatabaseUnavailable(f"could not connect to {dsn.split('@')[-1]}: {exc}") from exc
+        conn = _connect(make_conninfo(dsn, dbname="postgres"), autocommit=True)
+    with conn:
+        missing = _missing_roles(conn, names)
+    if missing:
+        raise PgmemError(f"this backup was written by an older pgmem (format 1), whose {LEGACY_ROLES_FILE} restore no "
+                         f"longer executes, and the roles {', '.join(missing)} do not exist: nothing was restored",
+                         hint=f"read {src / LEGACY_ROLES_FILE}, create the roles it should create yourself (it is SQL "
+                              "text from a backup: never run it unread), then restore again")
+    return _prepare_target(dsn)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -613,5 +797,6 @@ def verify(path: str | os.PathLike, dsn: str, *, manifest: dict | None = None) -
     return checks
 
 
-__all__ = ["backup", "restore", "verify", "read_manifest", "roles_script", "table_counts", "find_program",
+__all__ = ["backup", "restore", "verify", "read_manifest", "roles_data", "check_roles_data", "table_counts",
+           "find_program",
            "BackupResult", "RestoreResult", "VerificationFailed", "INFRASTRUCTURE"]

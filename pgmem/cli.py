@@ -27,12 +27,11 @@ Adding a command (``pgmem demo``, ``pgmem import``...)::
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -1092,35 +1091,18 @@ def check_output_file(path: Path, force: bool) -> None:
 
 
 def _write_private(path: Path, lines: Iterable[str], *, force: bool = False) -> None:
-    """Write text lines to ``path`` readable by its owner only (0600), atomically and durably: a temporary
-    file, fsync, rename, fsync of the directory. An existing ``path`` is replaced only with ``force``.
-    Raises ValidationError (see :func:`check_output_file`) or PgmemError naming ``path`` as given."""
+    """Write text lines to ``path`` readable by its owner only (0600), atomically and durably, with
+    :func:`pgmem.files.write_private` (never over an existing file unless ``force``, never over another
+    user's file). Raises ValidationError (see :func:`check_output_file`), UnsafePath or PgmemError naming
+    ``path`` as given."""
+    from . import files
+
     check_output_file(path, force)
-    target = path.expanduser()
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if not force and os.path.lexists(target):  # created while we wrote
-            raise FileExistsError(errno.EEXIST, "exists already")
-        os.replace(tmp, target)
-        dfd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError as exc:
-        with suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, FileExistsError):
-            raise ValidationError(f"{path} exists already", field="file",
-                                  hint="pass --force to overwrite it, or choose another file") from None
-        # exc names the temporary file; the user only knows the path they gave
-        raise PgmemError(f"cannot write {path}: {exc.strerror or exc}") from None
+        files.write_private(path.expanduser(), lines, force=force)
+    except FileExistsError:  # created while we wrote
+        raise ValidationError(f"{path} exists already", field="file",
+                              hint="pass --force to overwrite it, or choose another file") from None
 
 
 def _jsonl(rows: Iterable[dict]) -> Iterator[str]:
@@ -1479,20 +1461,29 @@ def mcp_(ctx: typer.Context,
              "--transport", help="stdio (for a client that starts the server) or streamable-http.")] = "stdio",
          port: Annotated[int, typer.Option("--port", min=1, max=65535,
                                            help="Port of --transport streamable-http (bound to 127.0.0.1).")] = 8765,
+         token: Annotated[Optional[str], typer.Option(
+             "--token", envvar="PGMEM_MCP_TOKEN", show_default=False, show_envvar=True,
+             help="Bearer token every HTTP request must carry (at least 16 characters; prefer the environment "
+                  "variable: a command line is visible to other local users). Required with streamable-http."
+         )] = None,
          dsn: DsnOpt = None, user: UserOpt = None, agent: AgentOpt = None, space: SpaceOpt = None,
          role: RoleOpt = None) -> None:
     """A Model Context Protocol server (tools: remember, recall, edit, forget, history, list,
     supersede_memory, append_turn, get_context) bound to one user from --user / PGMEM_USER; no tool argument
-    can change it. Needs the mcp extra of pgmem."""
+    can change it. Over streamable-http every request needs `Authorization: Bearer <token>` and a loopback
+    Host header. Needs the mcp extra of pgmem."""
     from . import mcp_server
 
     o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role)
+    if transport == "streamable-http":
+        mcp_server.resolve_token(token)  # before anything else: no server without a token
     if not o.user:
         raise IdentityError("no pgmem user given", hint="pass --user NAME or set PGMEM_USER")
     with memory(o, space_use="write"):  # a mistyped --space stops here instead of being created
         pass
     mcp_server.serve(o.dsn, user=o.user, agent=o.agent, space=o.space,
-                     role=o.role if o.role is not None else ..., transport=transport, port=port)
+                     role=o.role if o.role is not None else ..., transport=transport, port=port,
+                     token=token if transport == "streamable-http" else None)
 
 
 @app.command("install-plugin")
@@ -1545,9 +1536,10 @@ def backup_(ctx: typer.Context,
             directory: Annotated[Path, typer.Argument(file_okay=False,
                                                       help="New (or empty) directory to write the backup into.")],
             bin_dir: BinDirOpt = None, dsn: DsnOpt = None, as_json: JsonOpt = False) -> None:
-    """Back up the whole pgmem database into DIRECTORY: db.dump (pg_dump), roles.sql (the roles it needs, no
-    passwords) and manifest.json (versions, migrations, exact row counts, a probe memory). Needs a superuser
-    or a role with BYPASSRLS."""
+    """Back up the whole pgmem database into DIRECTORY (created 0700, files 0600): db.dump (pg_dump),
+    roles.json (the roles it needs and their bindings, as data: no passwords, no attributes) and
+    manifest.json (versions, migrations, exact row counts, a probe memory). Needs a superuser or a role with
+    BYPASSRLS."""
     from . import backup as ops
 
     o = options(ctx, dsn=dsn, as_json=as_json)
@@ -1574,7 +1566,9 @@ def restore_(ctx: typer.Context,
                  "--no-owner", help="Objects owned by the restoring role, not by the original owner.")] = False,
              bin_dir: BinDirOpt = None, dsn: DsnOpt = None, as_json: JsonOpt = False) -> None:
     """Restore a backup into a new or empty database (--dsn; created when missing), then verify it: migrations
-    current, row counts equal to the manifest's, the probe memory found by search. Exit 1 if a check fails."""
+    current, row counts equal to the manifest's, the probe memory found by search. Exit 1 if a check fails.
+    Roles are created from roles.json (LOGIN or not, pgmem_agent/pgmem_gateway memberships; existing roles
+    are never changed); no SQL text from the backup is executed. Restore only backups you trust."""
     from . import backup as ops
 
     o = options(ctx, dsn=dsn, as_json=as_json)
@@ -1591,10 +1585,14 @@ def restore_(ctx: typer.Context,
 
     def readable() -> None:
         typer.echo(f"restored into {result.database}" + (" (created)" if result.created else ""))
+        if result.roles_created:
+            typer.echo(f"roles created (no passwords): {', '.join(result.roles_created)}")
+        for note in result.notes:
+            typer.echo(f"note: {note}")
         console().print(_checks_table(result.checks, title="verification"))
 
-    emit(o, {"database": result.database, "created": result.created, "verified": True, "checks": result.checks},
-         readable)
+    emit(o, {"database": result.database, "created": result.created, "verified": True, "checks": result.checks,
+             "roles_created": result.roles_created, "notes": result.notes}, readable)
 
 
 @app.command("doctor")

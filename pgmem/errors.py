@@ -58,6 +58,11 @@ class PermissionDenied(PgmemError, PermissionError):
     """The database role lacks a privilege (for example a bound agent creating a space)."""
 
 
+class UnsafePath(PgmemError, PermissionError):
+    """A file or directory where pgmem keeps memories (journal, backup, export) is not safe to use: a
+    symbolic link, owned by another user, or writable by others. The message names the path, the hint the fix."""
+
+
 class NotFound(PgmemError, LookupError):
     """The memory or space does not exist for this user (other users' rows are never visible)."""
 

@@ -12,6 +12,11 @@ One JSON Lines file per client name, in :func:`journal_dir` (``$PGMEM_JOURNAL_DI
 - ``<name>.lock``: an exclusive ``flock`` held while a writer uses the journal, so two live processes never
   share one (the second gets :class:`JournalBusy`).
 
+The directory and every file are checked when the journal is opened (:mod:`pgmem.files`): the
+directory is created 0700, files 0600 and exclusively (``O_EXCL``); an existing directory or file must be
+owned by the current (effective) uid, not writable by group or others, and not a symbolic link (``lstat``,
+``O_NOFOLLOW``). Otherwise :class:`UnsafeJournal` names the path and the fix; nothing is read or written.
+
 A line cut short by a crash during an append was never acknowledged, so opening the journal drops it.
 A damaged line anywhere else stops the replay with an error naming the file and line: nothing is skipped
 silently. When every line is replayed the file is truncated to zero bytes (and fsync'd).
@@ -19,6 +24,7 @@ silently. When every line is replayed the file is truncated to zero bytes (and f
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -29,7 +35,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import PgmemError
+from . import files
+from .errors import PgmemError, UnsafePath
 
 ENV = "PGMEM_JOURNAL_DIR"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$")
@@ -39,6 +46,11 @@ class JournalError(PgmemError):
     """The journal could not be used (unreadable, damaged, not writable)."""
 
 
+class UnsafeJournal(JournalError, UnsafePath):
+    """The journal's directory or one of its files is a symbolic link, owned by another user, or writable
+    by group or others; pgmem refuses to read or write it (the message names the path, the hint the fix)."""
+
+
 class JournalBusy(JournalError):
     """Another live writer (in this or another process) holds this client name's journal."""
 
@@ -46,8 +58,8 @@ class JournalBusy(JournalError):
 def journal_dir() -> Path:
     """Where journals live: ``$PGMEM_JOURNAL_DIR``, else ``platformdirs.user_state_dir("pgmem")/journal``."""
     env = os.environ.get(ENV)
-    if env:
-        return Path(env).expanduser().resolve()
+    if env:  # absolute, but links not resolved: the directory itself must not be one
+        return Path(os.path.abspath(Path(env).expanduser()))
     import warnings
 
     warnings.filterwarnings("ignore", module="platformdirs")
@@ -76,12 +88,28 @@ def encode(entry: dict[str, Any]) -> bytes:
             + "\n").encode("utf-8")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+_fsync_dir = files.fsync_dir
+
+
+def _checked_dir(directory: Path, *, create: bool = True) -> Path:
+    """:func:`pgmem.files.private_dir`, its refusal as :class:`UnsafeJournal`."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        return files.private_dir(directory, create=create)
+    except UnsafePath as exc:
+        raise UnsafeJournal(f"unsafe journal directory: {exc.message}", hint=exc.hint) from None
+    except PgmemError as exc:
+        raise JournalError(exc.message, hint=exc.hint) from None
+
+
+def _open(path: Path, flags: int, *, create: bool = True) -> tuple[int, bool]:
+    """:func:`pgmem.files.open_private` (exclusive create 0600, else no link, own file, not writable by
+    others); its refusal as :class:`UnsafeJournal`."""
+    try:
+        return files.open_private(path, flags, create=create)
+    except UnsafePath as exc:
+        raise UnsafeJournal(f"unsafe journal file: {exc.message}", hint=exc.hint) from None
+    except PgmemError as exc:
+        raise JournalError(exc.message, hint=exc.hint) from None
 
 
 class Journal:
@@ -89,7 +117,8 @@ class Journal:
 
     def __init__(self, name: str, directory: Path | str | None = None) -> None:
         self.name = check_name(name)
-        self.directory = Path(directory).expanduser().resolve() if directory is not None else journal_dir()
+        self.directory = Path(os.path.abspath(Path(directory).expanduser())) if directory is not None \
+            else journal_dir()
         self.path = self.directory / f"{name}.jsonl"
         self.rejected_path = self.directory / f"{name}.rejected.jsonl"
         self._offset_path = self.directory / f"{name}.offset"
@@ -97,8 +126,8 @@ class Journal:
         self._fd: int | None = None
         self._lock_fd: int | None = None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._lock_fd = os.open(self.directory / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            _checked_dir(self.directory)
+            self._lock_fd, _ = _open(self.directory / f"{name}.lock", os.O_RDWR)
             try:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -111,12 +140,19 @@ class Journal:
                                   hint="give each concurrent writer its own client_name") from None
             os.ftruncate(self._lock_fd, 0)
             os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
-            created = not self.path.exists()
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+            self._fd, created = _open(self.path, os.O_RDWR | os.O_APPEND)
             if created:
                 _fsync_dir(self.directory)
+            for extra in (self.rejected_path, self._offset_path):  # checked now, not when first needed
+                try:
+                    os.close(_open(extra, os.O_RDONLY, create=False)[0])
+                except FileNotFoundError:
+                    pass
             self._offset = self._read_offset()
             self.pending = self._recover()
+        except PgmemError:  # before OSError: UnsafeJournal is a PermissionError too
+            self.close()
+            raise
         except OSError as exc:
             self.close()
             raise JournalError(f"cannot use the journal {self.path}: {exc}") from exc
@@ -127,11 +163,15 @@ class Journal:
     # --- opening ----------------------------------------------------------------------------------------
     def _read_offset(self) -> int:
         try:
-            offset = int(self._offset_path.read_text(encoding="ascii").strip() or 0)
+            fd, _ = _open(self._offset_path, os.O_RDONLY, create=False)
         except FileNotFoundError:
             return 0
+        try:
+            offset = int(os.read(fd, 64).decode("ascii", "replace").strip() or 0)
         except ValueError:
             return 0  # replaying from the start again is harmless (client ids)
+        finally:
+            os.close(fd)
         return offset if 0 <= offset <= os.fstat(self._fd).st_size else 0
 
     def _recover(self) -> int:
@@ -170,10 +210,9 @@ class Journal:
             return
         data = b"".join(encode({**e, "error": error}) for e in entries)
         with self._lock:
-            created = not self.rejected_path.exists()
-            fd = os.open(self.rejected_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd, created = _open(self.rejected_path, os.O_WRONLY | os.O_APPEND)
             try:
-                os.write(fd, data)
+                files.write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -218,9 +257,7 @@ class Journal:
             if offset >= os.fstat(self._fd).st_size:
                 self._reset()
             else:
-                tmp = self._offset_path.with_suffix(".offset.tmp")
-                tmp.write_text(str(offset), encoding="ascii")
-                os.replace(tmp, self._offset_path)
+                _replace(self._offset_path, str(offset).encode("ascii"), fsync_dir=False)
 
     def _reset(self) -> None:
         os.ftruncate(self._fd, 0)
@@ -261,7 +298,7 @@ def _journal_name(path: Path) -> str:
 
 def _lock_journal(directory: Path, name: str) -> int:
     """Take ``<name>.lock`` as :class:`Journal` does (exclusive, not waiting); JournalBusy when a writer holds it."""
-    fd = os.open(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd, _ = _open(directory / f"{name}.lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -281,7 +318,7 @@ def _split(path: Path, user_id: str, offset: int | None) -> tuple[bytes, int, in
     """Filter one journal: (kept bytes, lines removed, new offset, bytes). ``offset`` (pending journals
     only) counts replayed bytes; the new one counts the kept lines among them. A torn last line (a crash
     during an append, never acknowledged) is dropped; a damaged line elsewhere raises JournalError."""
-    data = path.read_bytes()
+    data = _read(path)
     end = data.rfind(b"\n") + 1
     kept: list[bytes] = []
     removed = 0
@@ -305,19 +342,33 @@ def _split(path: Path, user_id: str, offset: int | None) -> tuple[bytes, int, in
     return b"".join(kept), removed, new_offset, len(data)
 
 
-def _replace(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file, fsync, rename over it, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.erase.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _read(path: Path) -> bytes:
+    """The bytes of a journal file, opened as :func:`_open` checks it (not created)."""
+    fd, _ = _open(path, os.O_RDONLY, create=False)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _replace(path: Path, data: bytes, *, fsync_dir: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically: a new temporary file (exclusive, 0600; a stale one from a crash
+    is removed first), fsync, rename over ``path``, and (``fsync_dir``) fsync of the directory."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a leftover of a crash (the directory is ours: checked when opened)
+    fd, _ = _open(tmp, os.O_WRONLY)
+    try:
+        files.write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if fsync_dir:
+        _fsync_dir(path.parent)
 
 
 def erase_user(user_id: str, directory: Path | str | None = None) -> dict[str, int]:
@@ -341,24 +392,26 @@ def erase_user(user_id: str, directory: Path | str | None = None) -> dict[str, i
     from . import validation as v
 
     user_id = v.check_id(user_id, "user_id", optional=False)
-    folder = Path(directory).expanduser().resolve() if directory is not None else journal_dir()
-    if not folder.is_dir():
+    folder = Path(os.path.abspath(Path(directory).expanduser())) if directory is not None else journal_dir()
+    if not os.path.lexists(folder):
         return {}
-    files = sorted(p for p in folder.glob("*.jsonl") if p.is_file() and NAME.match(_journal_name(p) or "-"))
-    names = sorted({_journal_name(p) for p in files})
+    _checked_dir(folder, create=False)
+    paths = sorted(p for p in folder.glob("*.jsonl")  # links included: reading one refuses it (UnsafeJournal)
+                   if (p.is_symlink() or p.is_file()) and NAME.match(_journal_name(p) or "-"))
+    names = sorted({_journal_name(p) for p in paths})
     locks: list[int] = []
     try:
         try:
             for name in names:
                 locks.append(_lock_journal(folder, name))
             plans = []
-            for path in files:
+            for path in paths:
                 name = _journal_name(path)
                 offset_path = folder / f"{name}.offset"
                 offset = None
                 if not path.name.endswith(".rejected.jsonl"):
                     try:
-                        offset = int(offset_path.read_text(encoding="ascii").strip() or 0)
+                        offset = int(_read(offset_path).decode("ascii", "replace").strip() or 0)
                     except (FileNotFoundError, ValueError):
                         offset = 0
                 kept, removed, new_offset, size = _split(path, user_id, offset)
@@ -380,6 +433,8 @@ def erase_user(user_id: str, directory: Path | str | None = None) -> dict[str, i
                 if moves and new_offset > 0:
                     _replace(offset_path, str(new_offset).encode("ascii"))
             return result
+        except PgmemError:
+            raise
         except OSError as exc:
             raise JournalError(f"cannot erase user {user_id!r} from the journals in {folder}: {exc}") from exc
     finally:
@@ -387,4 +442,5 @@ def erase_user(user_id: str, directory: Path | str | None = None) -> dict[str, i
             os.close(fd)  # releases the flock
 
 
-__all__ = ["Journal", "JournalBusy", "JournalError", "check_name", "erase_user", "journal_dir", "encode"]
+__all__ = ["Journal", "JournalBusy", "JournalError", "UnsafeJournal", "check_name", "erase_user", "journal_dir",
+           "encode"]

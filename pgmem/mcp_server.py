@@ -11,11 +11,21 @@ security, so another user's memory id reads as "not found".
 Errors of pgmem come back as MCP tool errors (``isError``) carrying pgmem's message and hint, never a
 traceback. Transport: stdio (default), or streamable HTTP on 127.0.0.1 (``--transport streamable-http``).
 
-Works with the official ``mcp`` SDK 2.x (``MCPServer``) and 1.x (``FastMCP``): ``pip install 'pgmem-agents[mcp]'``.
+Over HTTP every request must carry ``Authorization: Bearer <token>``, the token given with ``--token`` or
+``$PGMEM_MCP_TOKEN`` (at least 16 characters); without one the server refuses to start. A request without
+it, or with another token (compared in constant time, ``hmac.compare_digest``), gets 401 and reaches
+neither the SDK nor the database. Behind that, the SDK's DNS-rebinding protection is on: a ``Host`` header
+other than the loopback names (``127.0.0.1``, ``localhost``, ``[::1]``, any port) gets 421 and a foreign
+``Origin`` 403, so a web page cannot reach the server through a rebound DNS name (docs/integrations.md).
+
+Works with the official ``mcp`` SDK 2.x (``MCPServer``) and 1.x (``FastMCP``) from 1.23.0, the first
+release that turns on the Host/Origin checks for a server on 127.0.0.1 by itself (1.10.0 added them, off
+by default); pgmem turns them on explicitly too: ``pip install 'pgmem-agents[mcp]'``.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import sys
@@ -29,6 +39,10 @@ from pydantic import Field
 from .errors import NotFound, PgmemError, ValidationError
 
 log = logging.getLogger("pgmem.mcp")
+
+TOKEN_ENV = "PGMEM_MCP_TOKEN"
+MIN_TOKEN_LENGTH = 16  # e.g. secrets.token_urlsafe(32) gives 43 characters (256 bits)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 INSTRUCTIONS = """\
 Long-term memory shared by the agents of one user (pgmem). Use `recall` with a natural-language question
@@ -211,6 +225,86 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
     return server
 
 
+def resolve_token(token: str | None) -> str:
+    """The bearer token of the HTTP transport: ``token``, else ``$PGMEM_MCP_TOKEN``. Raises ValidationError
+    when there is none (the server does not start without one), when it is shorter than 16 characters, or
+    when it holds characters a header cannot carry (whitespace, control or non-ASCII characters)."""
+    value = token if token is not None else os.environ.get(TOKEN_ENV)
+    how = "pass --token or set PGMEM_MCP_TOKEN, e.g. export PGMEM_MCP_TOKEN=\"$(python -c 'import secrets; " \
+          "print(secrets.token_urlsafe(32))')\" (give the same token to the MCP client)"
+    if not value:
+        raise ValidationError("the streamable-http transport needs a bearer token: without one any process or web "
+                              "page that reaches the port could act as this user", field="token", hint=how)
+    if len(value) < MIN_TOKEN_LENGTH:
+        raise ValidationError(f"the bearer token must be at least {MIN_TOKEN_LENGTH} characters, got {len(value)}",
+                              field="token", hint=how)
+    if not all(33 <= ord(c) <= 126 for c in value):
+        raise ValidationError("the bearer token may hold printable ASCII characters only (no spaces)", field="token",
+                              hint=how)
+    return value
+
+
+def transport_security(host: str, port: int) -> Any:
+    """The SDK's ``TransportSecuritySettings`` with DNS-rebinding protection on: for a loopback ``host`` the
+    loopback names on any port (``127.0.0.1:*``, ``localhost:*``, ``[::1]:*``, and ``http://`` origins of
+    them), else only ``host:port``."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if host in LOOPBACK_HOSTS:
+        hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    else:
+        hosts = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                     allowed_origins=[f"http://{h}" for h in hosts])
+
+
+class BearerAuth:
+    """ASGI middleware: an HTTP request passes to ``app`` only with ``Authorization: Bearer <token>`` (the
+    scheme case-insensitive, the token compared in constant time); otherwise 401 with ``WWW-Authenticate:
+    Bearer`` (RFC 6750) and a JSON body, and ``app`` never sees it (a WebSocket is closed with 1008).
+    Lifespan events pass through."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._token = token.encode("ascii")
+
+    def _authorized(self, scope: dict) -> bool:
+        for name, value in scope.get("headers") or ():
+            if name.lower() == b"authorization":
+                scheme, _, given = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self._token)
+        return False
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
+            await self.app(scope, receive, send)  # lifespan events, and authorized requests
+            return
+        if scope["type"] == "websocket":  # the SDK serves none; refused the same way all the same
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = b'{"error":"invalid_token","error_description":"a valid Authorization: Bearer token is required"}'
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"www-authenticate", b'Bearer realm="pgmem", error="invalid_token"')]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def http_app(server: Any, *, token: str, host: str = "127.0.0.1", port: int = 8765) -> Any:
+    """The ASGI application of the streamable-http transport for ``server`` (from :func:`build_server`):
+    the SDK's app (endpoint ``/mcp``) with DNS-rebinding protection (:func:`transport_security`), inside
+    :class:`BearerAuth`."""
+    security = transport_security(host, port)
+    _, _, v2 = _sdk()
+    if v2:
+        app = server.streamable_http_app(transport_security=security, host=host)
+    else:  # mcp 1.x: the settings of the FastMCP instance
+        server.settings.host, server.settings.port = host, port
+        server.settings.transport_security = security
+        app = server.streamable_http_app()
+    return BearerAuth(app, token)
+
+
 @contextmanager
 def stdout_to_stderr() -> Iterator[None]:
     """Point file descriptor 1 (and ``sys.stdout``) at stderr while starting up: on the stdio transport stdout
@@ -231,17 +325,21 @@ def stdout_to_stderr() -> Iterator[None]:
 
 def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = "default",
           role: str | None | type = ..., transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
-          embedder: Any = None) -> None:
+          embedder: Any = None, token: str | None = None) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (HTTP).
 
-    The database and the embedding model are opened before serving, so a wrong DSN or user fails at once
-    with pgmem's error (on stderr) instead of on the first tool call. Raises PgmemError."""
+    ``token``: the bearer token of the streamable-http transport (default ``$PGMEM_MCP_TOKEN``; required
+    there, see :func:`resolve_token`; stdio takes none). The token, the database and the embedding model are
+    checked before serving, so a missing token, a wrong DSN or user fails at once with pgmem's error (on
+    stderr) instead of on the first request. Raises ValidationError, PgmemError."""
     from .client import Memory
     from .embedders import default_embedder
 
     if transport not in ("stdio", "streamable-http"):
         raise ValidationError(f"transport must be 'stdio' or 'streamable-http', got {transport!r}", field="transport")
-    _, _, v2 = _sdk()  # fail before connecting when the SDK is missing
+    if transport == "streamable-http":
+        token = resolve_token(token)
+    _sdk()  # fail before connecting when the SDK is missing
     with stdout_to_stderr():
         memory = Memory(dsn, user_id=user, agent_id=agent, space=space, role=role,
                         embedder=embedder or default_embedder(), min_size=1, max_size=4)
@@ -258,10 +356,13 @@ def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = 
     try:
         if transport == "stdio":
             server.run("stdio")
-        elif v2:
-            server.run("streamable-http", host=host, port=port)
-        else:  # mcp 1.x: host and port are settings
-            server.settings.host, server.settings.port = host, port
-            server.run("streamable-http")
+        else:
+            import uvicorn
+
+            app = http_app(server, token=token, host=host, port=port)
+            shown = f"[{host}]" if ":" in host else host
+            print(f"pgmem MCP server for user {user!r} on http://{shown}:{port}/mcp (bearer token required)",
+                  file=sys.stderr, flush=True)
+            uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
     finally:
         memory.close()

@@ -24,7 +24,7 @@ def query(name: str) -> str:
 
 # Calls of LANGUAGE sql functions: a scalar SQL function may be inlined into the statement, so its body could
 # run before an argument wrapped in pgmem.as_user (tests/test_search_plans.py checks the rest are PL/pgSQL).
-NOT_AS_USER = frozenset({"act_as", "current_user_id", "append_turn", "sources", "purge", "token_count"})
+NOT_AS_USER = frozenset({"act_as", "bind_role", "current_user_id", "append_turn", "sources", "purge", "token_count"})
 _FIRST_ARG = re.compile(r"=> (%\((?P<name>\w+)\)[sb]::[\w\[\]]+)")
 
 

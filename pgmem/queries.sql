@@ -6,6 +6,9 @@
 -- act_as --
 SELECT pgmem.act_as(p_user_id => %(user_id)s::text)
 
+-- bind_role --
+SELECT pgmem.bind_role(p_role => %(role)s::name, p_user_id => %(user_id)s::text)
+
 -- current_user_id --
 SELECT pgmem.current_user_id() AS user_id
 

@@ -18,6 +18,10 @@ returns the write's client id at once. The writer never drops a write it accepte
   back. A writer opened later with the same ``client_name``, in this process or another, replays what is left.
 - A write the database refuses for good (it alone can judge: no identity, a missing space) is kept in
   ``<client_name>.rejected.jsonl`` with the error and counted as rejected; nothing is dropped silently.
+- A writer writes for its client's user only, unless it is opened with ``many_users=True`` (a gateway
+  writer, whose ``submit`` names each write's user). Replaying, a journal line that names another user is
+  not applied: it is kept in the rejected file with the reason, counted and logged (someone who could edit
+  the journal file must not be able to write into another tenant through this writer).
 - ``flush()`` waits until every write accepted so far is committed, journaled or rejected. ``close()`` drains
   the queue and returns a :class:`WriterReport` (committed, journaled, rejected, the journal's path). At
   interpreter exit and on SIGTERM every open writer is closed the same way; the SIGTERM handler is installed
@@ -145,13 +149,19 @@ class BackgroundWriter:
     :func:`pgmem.journal.journal_dir`. ``on_durable``: called from the writer thread with a list of
     :class:`Ack` as writes become durable. ``connect_timeout``: seconds to wait for a pooled connection.
     ``shutdown_timeout``: seconds the SIGTERM and exit handlers spend committing before they journal the rest.
-    Raises :class:`pgmem.journal.JournalBusy` when another live writer holds the client name.
+    ``many_users``: False (default) writes for ``memory.user_id`` only (``None``: the user a bound login is
+    bound to), and ``submit(user_id=...)`` naming another user raises ValidationError; True makes a gateway
+    writer for any user its writes name. Journal lines of another user are refused on replay unless True.
+    Raises :class:`pgmem.journal.JournalBusy` when another live writer holds the client name,
+    :class:`pgmem.journal.UnsafeJournal` when the journal directory or a file of it is a symbolic link, owned
+    by another uid or writable by others.
     """
 
     def __init__(self, memory: Any, *, max_queue: int = 10_000, batch_size: int = 256, flush_interval: float = 0.2,
                  put_timeout: float | None = None, client_name: str | None = None,
                  journal_dir: Path | str | None = None, on_durable: Callable[[list[Ack]], None] | None = None,
-                 connect_timeout: float = 5.0, shutdown_timeout: float = 10.0, handle_signals: bool = True) -> None:
+                 connect_timeout: float = 5.0, shutdown_timeout: float = 10.0, handle_signals: bool = True,
+                 many_users: bool = False) -> None:
         if not 1 <= int(max_queue):
             raise ValidationError("max_queue must be at least 1", field="max_queue")
         if not 1 <= int(batch_size) <= v.MAX_BATCH:
@@ -166,6 +176,7 @@ class BackgroundWriter:
         self.connect_timeout = float(connect_timeout)
         self.shutdown_timeout = float(shutdown_timeout)
         self.on_durable = on_durable
+        self.many_users = bool(many_users)
         self.client_name = check_name(client_name or default_client_name(memory))
         self.journal = Journal(self.client_name, journal_dir)
         self._cond = threading.Condition(threading.RLock())  # RLock: the SIGTERM handler may interrupt a holder
@@ -199,14 +210,19 @@ class BackgroundWriter:
                id: UUID | str | None = None, timeout: float | None = ...) -> UUID:
         """Accept one write and return its client id (``id``, else a new uuid4). Validated at once, like
         :meth:`Memory.add` (ValidationError; nothing accepted). ``user_id``: another user to write for
-        (gateway logins; default the client's). ``timeout``: overrides ``put_timeout`` for this call.
-        Blocks while the queue is full; raises QueueFull after the timeout, WriterClosed after close()."""
+        (a writer opened with ``many_users=True``; default the client's). ``timeout``: overrides
+        ``put_timeout`` for this call. Blocks while the queue is full; raises QueueFull after the timeout,
+        WriterClosed after close(), ValidationError for another user on a writer of one user."""
         item = {"content": content, "metadata": metadata, "agent_id": agent_id, "session_id": session_id,
                 "expires_at": expires_at, "created_at": created_at, "embedding": embedding, "id": id}
         from .client import check_item
 
         it = check_item(item)
         user = self.memory.user_id if user_id is ... else v.check_id(user_id, "user_id")
+        if not self.many_users and user != self.memory.user_id:
+            raise ValidationError(f"this writer writes for user {self.memory.user_id!r} only, not {user!r}",
+                                  field="user_id", hint="open a gateway writer with many_users=True to write "
+                                                        "for the users each write names")
         emb = it["embedding"]
         if emb is not None:  # the dims are checked again against the space when it is stored
             space = self.memory._space
@@ -521,14 +537,21 @@ class BackgroundWriter:
             if not read:
                 self.journal.done(self.journal._offset, self.journal.pending)
                 break
-            # Runs of consecutive writes of one user and space, so that progress is exact and in order.
+            # Runs of consecutive writes of one user and space, so that progress is exact and in order; a line
+            # of a user this writer does not write for is a run of its own, refused.
             runs: list[list[tuple[dict[str, Any], int]]] = []
             for e, end in read:
-                if runs and _key(runs[-1][0][0], self.memory) == _key(e, self.memory):
+                if runs and self._foreign(e) is None and self._foreign(runs[-1][0][0]) is None \
+                        and _key(runs[-1][0][0], self.memory) == _key(e, self.memory):
                     runs[-1].append((e, end))
                 else:
                     runs.append([(e, end)])
             for run in runs:
+                refusal = self._foreign(run[0][0])
+                if refusal is not None:
+                    self._refuse(run[0][0], refusal)
+                    self.journal.done(run[0][1], 1)
+                    continue
                 stored, err = self._store(_key(run[0][0], self.memory), [e for e, _ in run], retry=False, replay=True)
                 if self._abandoned:
                     return
@@ -542,6 +565,29 @@ class BackgroundWriter:
         self._schedule_replay(failed=False)
         if not self.journal.pending:
             log.info("pgmem writer %r: the journal is replayed", self.client_name)
+
+
+    def _foreign(self, entry: dict[str, Any]) -> str | None:
+        """Why a journal line may not be replayed by this writer (it names another user), or None."""
+        if self.many_users:
+            return None
+        user = entry.get("user_id")
+        if user == self.memory.user_id:
+            return None
+        return (f"journal line names user {user!r}, but this writer writes for user {self.memory.user_id!r} only; "
+                "not applied (open the writer with many_users=True if a gateway wrote it)")
+
+    def _refuse(self, entry: dict[str, Any], error: str) -> None:
+        """Keep a journal line that must not be applied in the rejected file, counted, logged, acknowledged."""
+        self.journal.reject([entry], error)
+        self.rejected += 1
+        log.error("pgmem writer %r: journal line %s refused: %s (kept in %s)", self.client_name, entry.get("id"),
+                  error, self.journal.rejected_path)
+        try:
+            ack_id = UUID(str(entry.get("id")))
+        except ValueError:
+            return  # not a client id at all: the rejected file and the log say what it was
+        self._ack([Ack(ack_id, "rejected", error=error)])
 
 
 def _key(entry: dict[str, Any], memory: Any) -> tuple[str | None, str]:

@@ -71,24 +71,26 @@ def test_backup_restore_drill(dsn, admin, filled, target, tmp_path):
     result = runner.invoke(app, ["backup", str(out), "--dsn", dsn, "--json"])
     assert result.exit_code == 0, (result.stdout, result.stderr)
     manifest = json.loads(result.stdout)
-    assert sorted(p.name for p in out.iterdir()) == ["db.dump", "manifest.json", "roles.sql"]
+    assert sorted(p.name for p in out.iterdir()) == ["db.dump", "manifest.json", "roles.json"]
     assert manifest["tables"] == before
     probe_user, probe_id = admin.execute("SELECT user_id, id::text FROM pgmem.memories ORDER BY user_id, id "
                                          "LIMIT 1").fetchone()
     assert (manifest["probe"]["user_id"], manifest["probe"]["id"]) == (probe_user, probe_id)
     assert manifest["migrations"] == [r[0] for r in admin.execute(
         "SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc").fetchall()]
-    roles_sql = (out / "roles.sql").read_text()
-    assert f"CREATE ROLE {agent} LOGIN" in roles_sql and f"GRANT pgmem_agent TO {agent}" in roles_sql
-    assert not [ln for ln in roles_sql.splitlines() if "PASSWORD" in ln.upper() and not ln.startswith("--")]
+    roles = json.loads((out / "roles.json").read_text())
+    assert {"name": agent, "login": True, "member_of": ["pgmem_agent"]} in roles["roles"]
+    assert roles["bindings"] == [{"role": agent, "user_id": "alice"}]
+    assert "password" not in (out / "roles.json").read_text().lower()
 
-    # the bound login is gone from the cluster: restore recreates it from roles.sql, with its membership
+    # the bound login is gone from the cluster: restore recreates it from roles.json, with its membership
     admin.execute(f'DROP ROLE "{agent}"')
 
     result = runner.invoke(app, ["restore", str(out), "--dsn", dsn_for(target), "--json"])
     assert result.exit_code == 0, (result.stdout, result.stderr)
     report = json.loads(result.stdout)
     assert report["verified"] and report["created"] and report["database"] == target
+    assert report["roles_created"] == [agent]
     assert [(c["name"], c["ok"]) for c in report["checks"]] == [("migrations", True), ("row counts", True),
                                                                  ("probe", True)]
     assert admin.execute("SELECT rolcanlogin, pg_has_role(oid, 'pgmem_agent', 'MEMBER') FROM pg_roles "
