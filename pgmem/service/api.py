@@ -499,8 +499,8 @@ def _mem0_scope(user_id, agent_id, run_id) -> None:
 
 @mem0_router.post("/memories", summary="Create memories (Mem0)")
 async def mem0_add(request: Request, body: Mem0Create, p: Principal = Depends(principal)) -> dict:
-    _mem0_scope(body.user_id, body.agent_id, body.run_id)
     m = acting(request, p, write=True, user_id=body.user_id, agent_id=body.agent_id)
+    _mem0_scope(body.user_id, body.agent_id, body.run_id)
     items = [{"content": msg.content, "metadata": {**(body.metadata or {}), "role": msg.role}}
              for msg in body.messages if msg.content.strip()]
     results = await m.add_many(items, agent_id=m.agent_id, session_id=body.run_id)
@@ -512,8 +512,8 @@ async def mem0_add(request: Request, body: Mem0Create, p: Principal = Depends(pr
 async def mem0_list(request: Request, p: Principal = Depends(principal), user_id: Optional[str] = None,
                     run_id: Optional[str] = None, agent_id: Optional[str] = None,
                     limit: int = Query(100, ge=1, le=1000)) -> dict:
-    _mem0_scope(user_id, agent_id, run_id)
     m = acting(request, p, write=False)
+    _mem0_scope(user_id, agent_id, run_id)
     page = await m.list(agent_id=agent_id, session_id=run_id, limit=limit)
     return {"results": [mem0_item(r) for r in page.items]}
 
@@ -568,7 +568,7 @@ async def mem0_delete(request: Request, memory_id: UUID, p: Principal = Depends(
 @mem0_router.delete("/memories", summary="Delete all memories (Mem0)")
 async def mem0_delete_all(request: Request, p: Principal = Depends(principal), user_id: Optional[str] = None,
                           run_id: Optional[str] = None, agent_id: Optional[str] = None) -> dict:
-    _mem0_scope(user_id, agent_id, run_id)
     m = acting(request, p, write=True)
+    _mem0_scope(user_id, agent_id, run_id)
     await m.delete_all(agent_id=agent_id, session_id=run_id, confirm=True)
     return {"message": "All relevant memories deleted"}

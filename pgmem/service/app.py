@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from ..client import GATEWAY_ROLE
 from ..errors import PgmemError, ValidationError
-from .errors import BadJson, MethodNotAllowed, PayloadTooLarge, RateLimited, RouteNotFound, body_of, status_of
+from .errors import BadJson, BadRequest, MethodNotAllowed, PayloadTooLarge, RateLimited, RouteNotFound, body_of, status_of
 from .store import HEALTH_USER, Store
 
 log = logging.getLogger("pgmem.serve")
@@ -354,7 +354,7 @@ class Guard:
         host = headers.get(b"host", b"").decode("latin-1").lower()
         name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
         if name not in self.hosts:
-            return ValidationError(f"this server does not serve host {host!r}", field="host",
+            return BadRequest(f"this server does not serve host {host!r}", field="host",
                                    hint="start pgmem serve with --allowed-host NAME or --public-url URL")
         length = headers.get(b"content-length")
         if length is not None:

@@ -15,13 +15,19 @@ from ..errors import (
 )
 
 
-class Unauthorized(IdentityError):
+class _Fielded:
+    def __init__(self, message: str, *, field: str | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.field = field
+
+
+class Unauthorized(_Fielded, IdentityError):
     """No credential, or one the service does not know (revoked, expired, mistyped): HTTP 401."""
 
     code = "unauthorized"
 
 
-class Forbidden(IdentityError):
+class Forbidden(_Fielded, IdentityError):
     """A known credential that may not do this (another user, a read-only key writing): HTTP 403."""
 
     code = "forbidden"
@@ -49,6 +55,12 @@ class BadJson(ValidationError):
     code = "bad_json"
 
 
+class BadRequest(ValidationError):
+    """A request the service refuses before routing it (a Host header it does not serve): HTTP 400."""
+
+    code = "bad_request"
+
+
 class RouteNotFound(NotFound):
     code = "no_such_route"
 
@@ -66,7 +78,7 @@ _CLASS_CODES.setdefault(DuplicateMemory, "23505")
 
 # (class, HTTP status), first match wins.
 STATUS: list[tuple[type, int]] = [
-    (Unauthorized, 401), (RateLimited, 429), (PayloadTooLarge, 413), (BadJson, 400), (MethodNotAllowed, 405),
+    (Unauthorized, 401), (RateLimited, 429), (PayloadTooLarge, 413), (BadJson, 400), (BadRequest, 400), (MethodNotAllowed, 405),
     (IdentityError, 403), (PermissionDenied, 403), (NotFound, 404),
     (VersionConflict, 409), (DuplicateMemory, 409), (EditError, 409), (ScopeRequired, 400),
     (ValidationError, 422), (DatabaseUnavailable, 503), (SchemaError, 503), (EmbedderError, 503),
@@ -81,7 +93,7 @@ def status_of(exc: PgmemError) -> int:
 
 
 def code_of(exc: PgmemError) -> str:
-    own = type(exc).__dict__.get("code") or getattr(type(exc), "code", None)
+    own = getattr(type(exc), "code", None)
     if isinstance(own, str):
         return own
     if exc.sqlstate:
