@@ -139,7 +139,7 @@ SELECT row FROM pgmem.export_user(p_embeddings => %(embeddings)s::boolean) AS ro
 -- import_user --
 SELECT * FROM pgmem.import_user(p_rows => %(rows)s::jsonb[])
 
--- The HTTP service's own state (migration 0009; pgmem/service/store.py). Gateway role only.
+-- The HTTP service's own state (migration 0009, pgmem/service/store.py), for the gateway role only.
 
 -- service_setup_begin --
 SELECT pgmem.service_setup_begin(p_token_hash => %(token_hash)s::bytea, p_ttl => %(ttl)s::interval) AS started

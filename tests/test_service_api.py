@@ -342,6 +342,10 @@ def test_erase_through_the_api_needs_an_admin_key_and_exact_confirmation(svc, ad
         # erase_user covers every pgmem table with a user_id: the user's keys and request-log rows go too.
         assert erased["memories"] == 1 and erased["service_keys"] == 1 and erased["service_audit"] >= 1
     assert admin.execute("SELECT count(*) FROM pgmem.memories WHERE user_id = 'alice'").fetchone()[0] == 0
+    time.sleep(0.5)  # the request log's next flushes
+    assert admin.execute("SELECT count(*) FROM pgmem.service_audit WHERE user_id = 'alice'").fetchone()[0] == 0
+    assert admin.execute("SELECT count(*) FROM pgmem.service_audit WHERE route = '/v1/users/{user_id}/erase'"
+                         " AND status = 200 AND user_id IS NULL").fetchone()[0] == 1
     with api(svc, user_key) as c:
         assert c.get("/v1/memories").status_code == 401  # its key was revoked with the user
 

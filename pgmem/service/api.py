@@ -445,10 +445,17 @@ async def erase(request: Request, user_id: str, body: EraseBody, p: Principal = 
 
 
 async def erase_user(request: Request, user_id: str) -> dict:
+    """Erase ``user_id`` (``pgmem.erase_user`` covers every pgmem table with a user_id: memories, history,
+    turns, the user's keys and request-log rows) on the service's maintainer connection, after writing the
+    buffered request log, so no row naming the user lands after the erasure; this request's own log row
+    names no user. Then forget the user in the service's lists (``pgmem.service_user_forget``)."""
     service = service_of(request)
     maintainer = await service.maintainer()
+    await service.audit.flush()
     counts = await maintainer.erase_user(user_id)
+    service.audit.pending = [e for e in service.audit.pending if e.get("user_id") != user_id]
     revoked = await service.store.user_forget(user_id)
+    request.state.user_id = None
     return {"erased": counts, "keys_revoked": revoked}
 
 

@@ -448,10 +448,10 @@ async def entity_erase(request: Request, user: str, confirm: str = Form(""), csr
         stats = await m.stats(all_spaces=True)
         return render(request, "entity.html", status=422, user=user, agents=agents, stats=stats, exported=True,
                       error=f"Type the user id exactly ({user}) to erase it.")
-    maintainer = await service.maintainer()
-    counts = await maintainer.erase_user(user)
-    revoked = await service.store.user_forget(user)
-    return render(request, "erased.html", user=user, counts=counts, revoked=revoked)
+    from .api import erase_user
+
+    done = await erase_user(request, user)
+    return render(request, "erased.html", user=user, counts=done["erased"], revoked=done["keys_revoked"])
 
 
 # ----------------------------------------------------------------------------------------------------------
