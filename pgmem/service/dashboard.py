@@ -385,16 +385,21 @@ async def memory_delete(request: Request, memory_id: UUID, user: str = Form(""),
 # ----------------------------------------------------------------------------------------------------------
 @router.get("/entities")
 @guarded
-async def entities(request: Request):
+async def entities(request: Request, page: int = 1):
     p = await require(request)
     service = service_of(request)
+    users = await service.store.users()
+    page = max(1, page)
+    shown = users[(page - 1) * PAGE: page * PAGE]
     rows = []
-    for u in await service.store.users():
+    for u in shown:
         stats = await _user_mem(request, u["user_id"], p).stats(all_spaces=True)
         rows.append({**u, "memories": sum(s.memories for s in stats), "agents": max((s.agents for s in stats), default=0),
                      "newest": max((s.newest for s in stats if s.newest), default=None)})
     request.state.user_id = None
-    return render(request, "entities.html", rows=rows)
+    return render(request, "entities.html", rows=rows, page=page, total=len(users),
+                  prev_url=f"/ui/entities?page={page - 1}" if page > 1 else None,
+                  next_url=f"/ui/entities?page={page + 1}" if page * PAGE < len(users) else None)
 
 
 @router.post("/entities")
