@@ -152,6 +152,10 @@ def test_keys_are_stored_as_hashes_and_revocation_is_immediate(svc, admin_ui, ad
         assert r.status_code == 401 and err(r)["code"] == "unauthorized"
     with api(svc, None) as c:
         assert c.get("/v1/memories").status_code == 401
+        # The key is checked before the body is read: no parsing, no validation details for strangers.
+        r = c.post("/v1/memories", content=b"{not json", headers={"Content-Type": "application/json"})
+        assert r.status_code == 401 and err(r)["code"] == "unauthorized"
+        assert c.post("/search", json={"nope": 1}).status_code == 401
         assert err(c.get("/v1/memories", headers={"Authorization": "Bearer pgm_nope_nope"}))["code"] == "unauthorized"
         assert c.get("/v1/memories", headers={"Authorization": "Basic abc"}).status_code == 401
 
@@ -518,3 +522,32 @@ def test_openapi_docs_are_served(svc):
         spec = c.get("/openapi.json").json()
         assert "/v1/search" in spec["paths"] and "/memories" in spec["paths"]
         assert c.get("/docs").status_code == 200
+
+
+def test_cli_serve_defaults_are_the_safe_ones(monkeypatch):
+    import pgmem.service
+    from typer.testing import CliRunner
+
+    from pgmem.cli import app
+
+    seen = []
+    monkeypatch.setattr(pgmem.service, "serve", seen.append)
+    monkeypatch.setenv("PGMEM_DSN", "postgresql://svc@db/app")
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 0, result.output
+    s = seen[0]
+    assert (s.host, s.port, s.dsn, s.cors_origins, s.secure_cookies) == \
+        ("127.0.0.1", 8080, "postgresql://svc@db/app", (), True)
+    result = CliRunner().invoke(app, ["serve", "--cors-origin", "https://a.example", "--cors-origin", "https://b.example",
+                                      "--host", "0.0.0.0", "--rate-limit", "5"])
+    assert seen[1].cors_origins == ("https://a.example", "https://b.example") and seen[1].rate_limit == 5
+
+
+def test_cli_serve_refuses_a_wildcard_origin_without_a_traceback(monkeypatch):
+    from typer.testing import CliRunner
+
+    from pgmem.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--dsn", "postgresql://x@/nowhere", "--cors-origin", "*"])
+    assert result.exit_code == 1 and "error: --cors-origin takes an exact origin" in result.output
+    assert "Traceback" not in result.output

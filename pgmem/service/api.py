@@ -52,9 +52,15 @@ def _credential(request: Request) -> str | None:
     return key.strip() if key else None
 
 
-async def principal(request: Request) -> Principal:
+async def principal(request: Request, lookup: bool = False) -> Principal:
     """The API key of this request (``Authorization: Bearer``, ``Authorization: Token`` or ``X-API-Key``),
-    looked up by its SHA-256 digest; 401 without one or for an unknown or revoked key; 429 over its rate."""
+    looked up by its SHA-256 digest; 401 without one or for an unknown or revoked key; 429 over its rate.
+    The service's outermost middleware does this before the body is read (``lookup=True``); handlers then
+    find the result in the request state."""
+    if not lookup:
+        found = request.scope.get("state", {}).get("principal")
+        if found is not None:
+            return found
     key = _credential(request)
     if not key:
         raise Unauthorized("an API key is required", hint="send Authorization: Bearer <key>; keys are issued in the dashboard")

@@ -300,6 +300,11 @@ class Service:
 # ----------------------------------------------------------------------------------------------------------
 # ASGI middleware: request log, Host header, body size
 # ----------------------------------------------------------------------------------------------------------
+def needs_key(path: str) -> bool:
+    """Whether ``path`` is an API route (pgmem's /v1 or Mem0's), which takes an API key."""
+    return path.startswith("/v1/") or path in ("/memories", "/search") or path.startswith("/memories/")
+
+
 def json_response(status: int, body: dict, headers: dict[str, str] | None = None):
     from starlette.responses import JSONResponse
 
@@ -337,17 +342,43 @@ class Guard:
 
         try:
             refusal = self._refusal(scope)
+            if refusal is None and needs_key(scope["path"]) and scope["method"] != "OPTIONS":
+                refusal = await self._authenticate(scope, state)
             if refusal is not None:
                 await error_response(refusal)(scope, receive, send_wrapper)
             else:
                 await self.app(scope, self._limited(receive), send_wrapper)
         finally:
-            route = scope.get("route")
+            route = getattr(scope.get("route"), "path", None) or self._template(scope)
             self.service.audit.record({
                 "at": datetime.now(timezone.utc), "method": scope["method"],
-                "route": getattr(route, "path", None) or "(no route)", "status": status["code"],
+                "route": route or "(no route)", "status": status["code"],
                 "latency_ms": (time.perf_counter() - t0) * 1000, "key_prefix": state.get("key_prefix"),
                 "user_id": state.get("user_id"), "account": state.get("account")})
+
+    def _template(self, scope: dict) -> str | None:
+        """The route template of a request refused before routing (never the raw path: it may hold ids)."""
+        from starlette.routing import Match
+
+        from . import api
+
+        for route in (*api.router.routes, *api.mem0_router.routes):
+            if route.matches(scope)[0] is Match.FULL:
+                return route.path
+        return None
+
+    async def _authenticate(self, scope: dict, state: dict) -> PgmemError | None:
+        """The API key of an API request, looked up (and its rate spent) before the body is read, so an
+        unauthenticated or throttled caller costs no parsing; the Principal waits in the request state."""
+        from starlette.requests import Request
+
+        from .api import principal
+
+        try:
+            state["principal"] = await principal(Request(scope), lookup=True)
+        except PgmemError as exc:
+            return exc
+        return None
 
     def _refusal(self, scope: dict) -> PgmemError | None:
         headers = dict(scope["headers"])
