@@ -158,3 +158,16 @@ def test_the_dashboard_flow_in_chromium(dsn, page):
         shot(page, "12-erased")
         page.goto(svc.url + "/ui/memories?user=alice")
         assert "No memories match" in page.inner_text("main")
+
+
+def test_a_missing_browser_is_loud_and_fails_under_ci(monkeypatch, capsys):
+    import test_service_browser as me
+
+    monkeypatch.setattr(me, "CHROMIUM", None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="BROWSER TESTS NOT RUN: no Chromium found"):
+        me._require_browser()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="BROWSER TESTS NOT RUN"):
+        me._require_browser()
+    assert "BROWSER TESTS NOT RUN" in capsys.readouterr().out
