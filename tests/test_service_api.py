@@ -231,7 +231,7 @@ def test_mem0_routes_have_mem0_shapes(svc, admin_ui):
         results = r.json()["results"]
         assert [x["event"] for x in results] == ["ADD", "ADD"] and results[0]["memory"] == "I am allergic to peanuts"
         mid = results[0]["id"]
-        assert c.post("/memories", json={"messages": [{"role": "user", "content": "x"}]}).status_code == 422
+        assert c.post("/memories", json={"messages": [{"role": "user", "content": "x"}]}).status_code == 400
         items = c.get("/memories", params={"user_id": "alice"}).json()["results"]
         assert {i["memory"] for i in items} == {"I am allergic to peanuts", "Noted!"}
         one = c.get(f"/memories/{mid}").json()
@@ -245,7 +245,7 @@ def test_mem0_routes_have_mem0_shapes(svc, admin_ui):
         assert [h["event"] for h in hist] == ["ADD", "UPDATE"]
         assert hist[1]["new_memory"] == "I am allergic to peanuts and shellfish"
         assert c.delete(f"/memories/{mid}").json() == {"message": "Memory deleted successfully"}
-        assert c.delete("/memories").status_code == 422  # Mem0 wants an identifier
+        assert c.delete("/memories").status_code == 400  # Mem0 wants an identifier (400, as Mem0)
         assert c.delete("/memories", params={"user_id": "alice"}).json() == {"message": "All relevant memories deleted"}
         assert c.get("/memories", params={"user_id": "alice"}).json() == {"results": []}
 
@@ -551,3 +551,29 @@ def test_cli_serve_refuses_a_wildcard_origin_without_a_traceback(monkeypatch):
     result = CliRunner().invoke(app, ["serve", "--dsn", "postgresql://x@/nowhere", "--cors-origin", "*"])
     assert result.exit_code == 1 and "error: --cors-origin takes an exact origin" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_login_that_is_no_gateway_is_refused_at_once_with_the_fix(admin, login_role):
+    import asyncio
+
+    from pgmem.errors import PermissionDenied
+    from pgmem.service.app import preflight
+
+    from conftest import dsn_for
+
+    plain = login_role()
+    t0 = time.monotonic()
+    with pytest.raises(PermissionDenied, match="cannot act as pgmem_gateway") as caught:
+        asyncio.run(preflight(dsn_for(admin.info.dbname, user=plain)))
+    assert time.monotonic() - t0 < 10 and f'GRANT pgmem_gateway TO "{plain}"' in caught.value.hint
+    gateway = login_role("pgmem_gateway")
+    assert asyncio.run(preflight(dsn_for(admin.info.dbname, user=gateway))).endswith(admin.info.dbname + "?host=" +
+                                                                                  dsn_for("x").split("?host=")[1])
+
+
+def test_readyz_is_503_when_a_migration_is_missing(svc):
+    svc.service._shipped = svc.service.shipped_migrations() + [("9999.pgmem-future", "f" * 64)]
+    with api(svc, None) as c:
+        r = c.get("/readyz")
+    assert r.status_code == 503
+    assert r.json()["ready"] is False and r.json()["checks"]["migrations"] == {"ok": False, "pending": ["9999.pgmem-future"]}

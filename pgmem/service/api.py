@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..client import Context, MemoryRecord
 from ..errors import NotFound, PermissionDenied, ValidationError
 from .. import validation as v
-from .errors import Forbidden, Unauthorized
+from .errors import BadRequest, Forbidden, Unauthorized
 from .store import HEALTH_USER, Principal
 
 router = APIRouter()
@@ -507,7 +507,7 @@ def mem0_item(r: MemoryRecord, score: float | None = None) -> dict:
 
 def _mem0_scope(user_id, agent_id, run_id) -> None:
     if not any([user_id, agent_id, run_id]):
-        raise ValidationError("At least one identifier (user_id, agent_id, run_id) is required.", field="user_id")
+        raise BadRequest("At least one identifier (user_id, agent_id, run_id) is required.", field="user_id")
 
 
 @mem0_router.post("/memories", summary="Create memories (Mem0)")

@@ -175,12 +175,11 @@ class Service:
         from ..aio import AsyncMemory
 
         self.settings = settings
-        self.mem = AsyncMemory(settings.dsn, user_id=None, space=settings.space, embedder=settings.embedder,
-                               role=GATEWAY_ROLE, max_size=settings.pool_size, min_size=2)
-        self.store = Store(self.mem)
+        self.mem: AsyncMemory = None  # type: ignore[assignment]  # opened by start()
+        self.store: Store = None  # type: ignore[assignment]
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst)
         self.login_limiter = RateLimiter(0.2, 10)  # dashboard logins per client address: 10, then one per 5 s
-        self.audit = AuditLog(self.store, settings.audit_flush_interval)
+        self.audit = AuditLog(None, settings.audit_flush_interval)  # type: ignore[arg-type]
         self.setup_link: str | None = None
         self._maintainer: Any = None
         self._embedder_state: tuple[float, dict] | None = None
@@ -188,6 +187,13 @@ class Service:
         self._purge_task: asyncio.Task | None = None
 
     async def start(self) -> None:
+        from ..aio import AsyncMemory
+
+        conninfo = await preflight(self.settings.dsn)
+        self.mem = AsyncMemory(conninfo, user_id=None, space=self.settings.space, embedder=self.settings.embedder,
+                               role=GATEWAY_ROLE, max_size=self.settings.pool_size, min_size=2)
+        self.store = Store(self.mem)
+        self.audit.store = self.store
         await self.mem.open()
         token = await self.store.setup_begin(self.settings.setup_ttl)
         if token is not None:
@@ -204,6 +210,8 @@ class Service:
                                f"(OpenAPI docs at {self.settings.base_url()}/docs)")
 
     async def stop(self) -> None:
+        if self.mem is None:
+            return
         if self._purge_task is not None:
             self._purge_task.cancel()
             with suppress(asyncio.CancelledError):
@@ -237,13 +245,22 @@ class Service:
             self._shipped = [(m.id, m.hash) for m in read_migrations(str(sql_path()))]
         return self._shipped
 
-    async def readiness(self) -> tuple[bool, dict]:
+    async def readiness(self, timeout: float = 5.0) -> tuple[bool, dict]:
         """``(ready, checks)``: database reachable, migrations current, probe write + search round trip in the
-        health tenant (in a transaction that is rolled back, so it leaves nothing); the embedder's state is
-        reported and never makes the service unready."""
+        health tenant (in a transaction that is rolled back, so it leaves nothing), all within ``timeout``
+        seconds; the embedder's state is reported and never makes the service unready."""
+        t0 = time.perf_counter()
+        try:
+            ready, checks = await asyncio.wait_for(self._database_checks(), timeout)
+        except asyncio.TimeoutError:
+            ready, checks = False, {"database": {"ok": False, "error": f"no answer within {timeout:g} s"}}
+        checks["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        checks["embedder"] = await self.embedder_state()
+        return ready, checks
+
+    async def _database_checks(self) -> tuple[bool, dict]:
         checks: dict[str, Any] = {}
         ready = True
-        t0 = time.perf_counter()
         try:
             applied = {r["migration_hash"] for r in await self.store.migrations()}
             shipped = await asyncio.to_thread(self.shipped_migrations)
@@ -262,8 +279,6 @@ class Service:
             except PgmemError as exc:
                 checks["probe"] = {"ok": False, "error": body_of(exc)["error"]["message"]}
                 ready = False
-        checks["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-        checks["embedder"] = await self.embedder_state()
         return ready, checks
 
     async def _probe(self) -> dict:
@@ -303,6 +318,33 @@ class Service:
 def needs_key(path: str) -> bool:
     """Whether ``path`` is an API route (pgmem's /v1 or Mem0's), which takes an API key."""
     return path.startswith("/v1/") or path in ("/memories", "/search") or path.startswith("/memories/")
+
+
+async def preflight(dsn: str | None) -> str:
+    """The DSN the service will use (``dsn``, ``$PGMEM_DSN``, else the embedded server, started and migrated),
+    after checking that its login can connect and ``SET ROLE pgmem_gateway``: DatabaseUnavailable or
+    PermissionDenied with the fix, at once, rather than a connection pool that never fills."""
+    import psycopg
+
+    from ..client import resolve_dsn
+    from ..errors import DatabaseUnavailable, PermissionDenied
+
+    conninfo, _ = await asyncio.to_thread(resolve_dsn, dsn)
+    where = conninfo.split("@")[-1]
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10, autocommit=True)
+    except psycopg.Error as exc:
+        raise DatabaseUnavailable(f"could not connect to {where}: {str(exc).strip()}") from None
+    try:
+        await conn.execute("SET ROLE " + GATEWAY_ROLE)
+    except psycopg.Error as exc:
+        login = conn.info.user
+        raise PermissionDenied(f"the service's login {login!r} cannot act as {GATEWAY_ROLE}: "
+                               f"{(exc.diag.message_primary or str(exc)).strip()}",
+                               hint=f"as the schema owner or a superuser: GRANT {GATEWAY_ROLE} TO \"{login}\";") from None
+    finally:
+        await conn.close()
+    return conninfo
 
 
 def json_response(status: int, body: dict, headers: dict[str, str] | None = None):
@@ -527,6 +569,7 @@ def serve(settings: Settings) -> None:
     import uvicorn
 
     settings.check()
+    settings.dsn = asyncio.run(preflight(settings.dsn))  # a clear error before uvicorn starts
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", proxy_headers=False,
                 server_header=False, date_header=True)
