@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any, Literal, Optional, Union
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from ..client import Context, MemoryRecord
 from ..errors import NotFound, PermissionDenied, ValidationError

@@ -17,10 +17,10 @@ import hashlib
 import hmac
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Optional
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 from uuid import UUID
 
 from fastapi import APIRouter, Form, Request
@@ -28,7 +28,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import NotFound, PgmemError, ValidationError
 from .errors import Forbidden, body_of
-from .store import HEALTH_USER, Principal, check_user_id
+from .store import Principal, check_user_id
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 root = APIRouter(include_in_schema=False)
@@ -37,6 +37,7 @@ SESSION_COOKIE = "pgmem_session"
 CSRF_COOKIE = "pgmem_csrf"
 MIN_PASSWORD = 12
 PAGE = 25
+_EXPORT_WINDOW = timedelta(hours=1)  # erasure needs an export by the same account this recent
 
 _templates = None
 
@@ -421,9 +422,6 @@ async def entity(request: Request, user: str, erased: str = ""):
     return render(request, "entity.html", user=user, agents=agents, stats=stats, exported=exported, error=None)
 
 
-from datetime import timedelta  # noqa: E402
-
-_EXPORT_WINDOW = timedelta(hours=1)
 
 
 @router.get("/entities/{user}/export")
