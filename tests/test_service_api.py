@@ -577,3 +577,15 @@ def test_readyz_is_503_when_a_migration_is_missing(svc):
         r = c.get("/readyz")
     assert r.status_code == 503
     assert r.json()["ready"] is False and r.json()["checks"]["migrations"] == {"ok": False, "pending": ["9999.pgmem-future"]}
+
+
+def test_dashboard_errors_are_pages_not_json(svc, admin_ui):
+    r = admin_ui.get("/ui/memories/not-a-uuid?user=alice")
+    assert r.status_code == 422 and r.headers["content-type"].startswith("text/html")
+    assert 'id="error-message"' in r.text and "Traceback" not in r.text
+    r = admin_ui.get("/ui/nothing-here")
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    r = admin_ui.get(f"/ui/memories/{uuid.uuid4()}?user=alice")
+    assert r.status_code == 404 and "not found" in r.text
+    r = admin_ui.get("/ui/memories?user=pgmem:health")
+    assert r.status_code == 422 and "reserved" in r.text

@@ -488,20 +488,26 @@ def create_app(settings: Settings | None = None) -> Any:
                               "Authenticate with `Authorization: Bearer <API key>` (keys are issued in the dashboard).")
     app.state.service = service
 
+    def respond(request, exc: PgmemError):
+        """JSON for the API, a page for the dashboard."""
+        if request.url.path.startswith("/ui"):
+            return dashboard.error_page(request, exc)
+        return error_response(exc)
+
     @app.exception_handler(PgmemError)
     async def pgmem_error(request, exc: PgmemError):
-        return error_response(exc)
+        return respond(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, exc: RequestValidationError):
         errors = exc.errors()
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":
-            return error_response(BadJson(f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}",
-                                          field="body"))
+            return respond(request, BadJson(f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}",
+                                            field="body"))
         loc = [str(x) for x in first.get("loc", ()) if x not in ("body", "query", "path", "header")]
         where = ".".join(loc) or "body"
-        return error_response(ValidationError(f"{where}: {first.get('msg', 'invalid')}", field=where))
+        return respond(request, ValidationError(f"{where}: {first.get('msg', 'invalid')}", field=where))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc: StarletteHTTPException):
@@ -516,11 +522,13 @@ def create_app(settings: Settings | None = None) -> Any:
         else:
             return json_response(exc.status_code, {"error": {"type": "HTTPError", "code": str(exc.status_code),
                                                              "message": str(exc.detail), "hint": None, "field": None}})
-        return error_response(err)
+        return respond(request, err)
 
     @app.exception_handler(Exception)
     async def unexpected(request, exc: Exception):
         log.exception("unexpected error on %s %s", request.method, request.url.path)
+        if request.url.path.startswith("/ui"):
+            return dashboard.error_page(request, exc)
         return json_response(500, {"error": {"type": "InternalError", "code": "internal",
                                              "message": "internal server error (logged on the server)",
                                              "hint": None, "field": None}})

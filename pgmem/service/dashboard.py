@@ -154,6 +154,11 @@ def _qs(**kw: Any) -> str:
 async def page_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, LoginRequired):
         return RedirectResponse(f"/ui/login?{_qs(next=request.url.path)}", status_code=303)
+    return error_page(request, exc)
+
+
+def error_page(request: Request, exc: Exception) -> Response:
+    """The dashboard's error page: the status of the pgmem error, its one-line message and hint."""
     from .errors import status_of
 
     status = status_of(exc) if isinstance(exc, PgmemError) else 500
