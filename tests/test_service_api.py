@@ -589,3 +589,14 @@ def test_dashboard_errors_are_pages_not_json(svc, admin_ui):
     assert r.status_code == 404 and "not found" in r.text
     r = admin_ui.get("/ui/memories?user=pgmem:health")
     assert r.status_code == 422 and "reserved" in r.text
+
+
+def test_the_dashboard_has_no_javascript():
+    from pathlib import Path
+
+    import pgmem.service
+
+    templates = Path(pgmem.service.__file__).with_name("templates")
+    for page in templates.glob("*.html"):
+        text = page.read_text(encoding="utf-8").lower()
+        assert "<script" not in text and "javascript:" not in text and " on" + "click=" not in text, page.name
