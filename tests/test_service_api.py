@@ -600,3 +600,10 @@ def test_the_dashboard_has_no_javascript():
     for page in templates.glob("*.html"):
         text = page.read_text(encoding="utf-8").lower()
         assert "<script" not in text and "javascript:" not in text and " on" + "click=" not in text, page.name
+
+
+def test_dashboard_pages_forbid_scripts_framing_and_referrers(svc):
+    r = Browser(svc.url).get(svc.setup_link()[len(svc.url):])
+    assert "script-src" not in r.headers["content-security-policy"]
+    assert "default-src 'none'" in r.headers["content-security-policy"]
+    assert r.headers["x-frame-options"] == "DENY" and r.headers["referrer-policy"] == "no-referrer"

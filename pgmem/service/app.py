@@ -360,6 +360,15 @@ def error_response(exc: PgmemError):
     return json_response(status_of(exc), body_of(exc), headers)
 
 
+# The dashboard runs no script and loads nothing from elsewhere; its pages may not be framed, and the setup
+# link's token never leaves in a Referer header.
+DASHBOARD_HEADERS = [
+    (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+                                 b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    (b"x-frame-options", b"DENY"), (b"referrer-policy", b"no-referrer"), (b"x-content-type-options", b"nosniff"),
+]
+
+
 class Guard:
     """Outermost middleware: times and logs every request (after the response: method, route template,
     status, latency, key prefix, user, account; never bodies), refuses a Host header the service does not
@@ -377,9 +386,13 @@ class Guard:
         status = {"code": 500}
         state = scope.setdefault("state", {})
 
+        dashboard_page = scope["path"].startswith("/ui")
+
         async def send_wrapper(message: dict) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
+                if dashboard_page:
+                    message["headers"] = list(message.get("headers", [])) + DASHBOARD_HEADERS
             await send(message)
 
         try:
