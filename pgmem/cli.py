@@ -1486,6 +1486,46 @@ def mcp_(ctx: typer.Context,
                      token=token if transport == "streamable-http" else None)
 
 
+@app.command("serve")
+def serve_(ctx: typer.Context,
+           host: Annotated[str, typer.Option("--host", help="Address to bind. Default 127.0.0.1 (this machine only).")
+                           ] = "127.0.0.1",
+           port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to bind.")] = 8080,
+           public_url: Annotated[Optional[str], typer.Option(
+               "--public-url", help="The URL people open (behind a proxy: https://memory.example.com). Default "
+                                    "http://HOST:PORT. The setup link and the accepted Host header follow it.",
+               show_default=False)] = None,
+           cors_origin: Annotated[Optional[list[str]], typer.Option(
+               "--cors-origin", help="A browser origin allowed to call the API (repeatable; exact, e.g. "
+                                     "https://app.example.com). Default: none.", show_default=False)] = None,
+           allowed_host: Annotated[Optional[list[str]], typer.Option(
+               "--allowed-host", help="Another Host header value to serve (repeatable).", show_default=False)] = None,
+           max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Request body limit in bytes.")
+                               ] = 1 << 20,
+           rate_limit: Annotated[float, typer.Option("--rate-limit", min=0.001,
+                                                     help="Requests per second per API key (this process).")] = 20.0,
+           rate_burst: Annotated[int, typer.Option("--rate-burst", min=1, help="Burst size of the rate limit.")] = 100,
+           audit_days: Annotated[int, typer.Option("--audit-days", min=1, help="Days the request log is kept.")] = 30,
+           insecure_cookies: Annotated[bool, typer.Option(
+               "--insecure-cookies", help="Drop the Secure flag of the dashboard's cookies (plain http on a "
+                                          "non-local address; never on a network you do not control).")] = False,
+           dsn: DsnOpt = None, space: SpaceOpt = None) -> None:
+    """The HTTP API (OpenAPI docs at /docs) and the web dashboard (/ui), on FastAPI and uvicorn. Connects as
+    pgmem_gateway and acts per request for the user of the request's API key. On first start it prints a
+    one-time setup link that creates the dashboard's administrator. Needs the serve extra of pgmem."""
+    from datetime import timedelta as _td
+
+    try:
+        from .service import Settings, serve
+    except ImportError as exc:
+        raise PgmemError(f"pgmem serve needs its extra: {exc}", hint="pip install 'pgmem[serve]'") from None
+    o = options(ctx, dsn=dsn, space=space)
+    serve(Settings(dsn=o.dsn, host=host, port=port, public_url=public_url, cors_origins=tuple(cors_origin or ()),
+                   allowed_hosts=tuple(allowed_host or ()), space=o.space, max_body_bytes=max_body,
+                   rate_limit=rate_limit, rate_burst=rate_burst, audit_retention=_td(days=audit_days),
+                   secure_cookies=not insecure_cookies))
+
+
 @app.command("install-plugin")
 def install_plugin(ctx: typer.Context,
                    host: Annotated[str, typer.Argument(help="The agent host: hermes.")],

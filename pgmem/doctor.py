@@ -75,6 +75,7 @@ SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p') AND c.relname <> 'role_bindings'
+  AND c.relname NOT LIKE 'service\_%'  -- the HTTP service's state: granted to nobody, owner-run functions only
   AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
               WHERE a.attrelid = c.oid AND a.attname = 'user_id' AND a.attnum > 0 AND NOT a.attisdropped)
 ORDER BY c.relname

@@ -31,8 +31,9 @@ _FIRST_ARG = re.compile(r"=> (%\((?P<name>\w+)\)[sb]::[\w\[\]]+)")
 @cache
 def query_as_user(name: str) -> str | None:
     """The statement ``name`` acting for ``%(pgmem_user_id)s`` in the same statement: its first argument wrapped
-    in ``pgmem.as_user`` (migration 0004). None for the statements in NOT_AS_USER or without an argument."""
-    if name in NOT_AS_USER:
+    in ``pgmem.as_user`` (migration 0004). None for the statements in NOT_AS_USER, the service's (``service_*``:
+    its own state, and service_agents, which takes no argument), or without an argument."""
+    if name in NOT_AS_USER or name.startswith("service_"):  # the service's own state: run acting for nobody
         return None
     sql = all_queries()[name]
     m = _FIRST_ARG.search(sql)

@@ -147,3 +147,79 @@ SELECT row FROM pgmem.export_user(p_embeddings => %(embeddings)s::boolean) AS ro
 
 -- import_user --
 SELECT * FROM pgmem.import_user(p_rows => %(rows)s::jsonb[])
+
+-- The HTTP service's own state (migration 0009, pgmem/service/store.py), for the gateway role only.
+
+-- service_setup_begin --
+SELECT pgmem.service_setup_begin(p_token_hash => %(token_hash)s::bytea, p_ttl => %(ttl)s::interval) AS started
+
+-- service_bootstrap --
+SELECT pgmem.service_bootstrap(p_token_hash => %(token_hash)s::bytea, p_username => %(username)s::text,
+    p_password_hash => %(password_hash)s::text) AS account_id
+
+-- service_setup_state --
+SELECT * FROM pgmem.service_setup_state()
+
+-- service_account --
+SELECT * FROM pgmem.service_account(p_username => %(username)s::text)
+
+-- service_account_rehash --
+SELECT pgmem.service_account_rehash(p_account_id => %(account_id)s::bigint, p_password_hash => %(password_hash)s::text) AS done
+
+-- service_session_create --
+SELECT pgmem.service_session_create(p_session_hash => %(session_hash)s::bytea, p_account_id => %(account_id)s::bigint,
+    p_ttl => %(ttl)s::interval) AS expires_at
+
+-- service_session --
+SELECT * FROM pgmem.service_session(p_session_hash => %(session_hash)s::bytea)
+
+-- service_session_end --
+SELECT pgmem.service_session_end(p_session_hash => %(session_hash)s::bytea) AS ended
+
+-- service_key_create --
+SELECT * FROM pgmem.service_key_create(p_prefix => %(prefix)s::text, p_key_hash => %(key_hash)s::bytea,
+    p_label => %(label)s::text, p_kind => %(kind)s::text, p_user_id => %(user_id)s::text, p_agent_id => %(agent_id)s::text,
+    p_users => %(users)s::text[], p_scope => %(scope)s::text, p_created_by => %(created_by)s::text)
+
+-- service_key_lookup --
+SELECT * FROM pgmem.service_key_lookup(p_key_hash => %(key_hash)s::bytea)
+
+-- service_keys --
+SELECT * FROM pgmem.service_keys()
+
+-- service_key_revoke --
+SELECT pgmem.service_key_revoke(p_key_id => %(key_id)s::bigint) AS revoked
+
+-- service_users --
+SELECT * FROM pgmem.service_users()
+
+-- service_user_add --
+SELECT pgmem.service_user_add(p_user_id => %(user_id)s::text) AS done
+
+-- service_agents --
+SELECT * FROM pgmem.service_agents()
+
+-- service_export_mark --
+SELECT pgmem.service_export_mark(p_account_id => %(account_id)s::bigint, p_user_id => %(user_id)s::text) AS done
+
+-- service_export_recent --
+SELECT pgmem.service_export_recent(p_account_id => %(account_id)s::bigint, p_user_id => %(user_id)s::text,
+    p_within => %(within)s::interval) AS recent
+
+-- service_user_forget --
+SELECT pgmem.service_user_forget(p_user_id => %(user_id)s::text) AS keys_revoked
+
+-- service_log --
+SELECT pgmem.service_log(p_at => %(at)s::timestamptz[], p_method => %(method)s::text[], p_route => %(route)s::text[],
+    p_status => %(status)s::integer[], p_latency_ms => %(latency_ms)s::real[], p_key_prefix => %(key_prefix)s::text[],
+    p_user_id => %(user_id)s::text[], p_account => %(account)s::text[]) AS written
+
+-- service_audit --
+SELECT * FROM pgmem.service_audit(p_limit => %(limit)s::integer, p_before_id => %(before_id)s::bigint,
+    p_key_prefix => %(key_prefix)s::text, p_min_status => %(min_status)s::integer)
+
+-- service_audit_purge --
+SELECT pgmem.service_audit_purge(p_keep => %(keep)s::interval) AS removed
+
+-- service_migrations --
+SELECT * FROM pgmem.service_migrations()

@@ -224,9 +224,24 @@ def _populate(m, who: str) -> None:
                             [str(HashEmbedder(64).embed([who])[0].tolist())]).fetchone()[0] == 3
 
 
+def _populate_service(admin) -> None:
+    """What the HTTP service keeps about alice and bob (migration 0010): a key each, their entries in its
+    user list, an export record and request-log rows."""
+    account = admin.execute("INSERT INTO pgmem.service_accounts (username, password_hash) VALUES ('admin', '$argon2id$x')"
+                            " RETURNING account_id").fetchone()[0]
+    for who in ("alice", "bob"):
+        admin.execute("INSERT INTO pgmem.service_keys (prefix, key_hash, label, kind, user_id, scope)"
+                      " VALUES (%s, sha256(%s::bytea), 'k', 'user', %s, 'write')", [f"pgm_{who}", who.encode(), who])
+        admin.execute("INSERT INTO pgmem.service_users (user_id) VALUES (%s)", [who])
+        admin.execute("INSERT INTO pgmem.service_exports (account_id, user_id) VALUES (%s, %s)", [account, who])
+        admin.execute("INSERT INTO pgmem.service_audit (at, method, route, status, latency_ms, key_prefix, user_id)"
+                      " VALUES (now(), 'GET', '/v1/memories', 200, 1, %s, %s)", [f"pgm_{who}", who])
+
+
 def test_erase_user_leaves_nothing_of_theirs_and_touches_nobody_else(alice, bob, root, admin, login_role):
     _populate(alice, "alice")
     _populate(bob, "bob")
+    _populate_service(admin)
     agent = login_role("pgmem_agent")
     admin.execute("SELECT pgmem.bind_role(%s, 'alice')", [agent])
     tables = user_tables(admin)

@@ -29,6 +29,8 @@ from update_schema_snapshot import SNAPSHOT, dump_schema
 REPO = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO / "sql"
 NAME = re.compile(r"^\d{4}\.[a-z0-9-]+\.sql$")
+# Migration numbers reserved for migrations on other branches; empty once they are merged.
+RESERVED_NUMBERS: tuple[int, ...] = ()
 
 
 def migration_ids() -> list[str]:

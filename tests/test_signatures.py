@@ -78,7 +78,7 @@ def _calls_in_package() -> list[tuple[str, int, str, str, set[str] | None]]:
     `_params("name", {...})` (the parameter builders of pgmem.client.MemoryBase) and `query("name")` call in
     the package."""
     found = []
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not node.args:
