@@ -9,7 +9,9 @@ from .client import (
     AddResult, Context, ContextItem, HistoryEvent, Memory, MemoryRecord, Page, PurgeResult, Source, Space, SpaceStats,
     Turn,
 )
-from .embedders import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder
+from .embedders import (
+    Embedder, EmbedderConfig, MiniLMEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder, from_config,
+)
 from .errors import (
     AmbiguousEdit,
     DatabaseError,
@@ -37,8 +39,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AddResult", "AmbiguousEdit", "AsyncMemory", "BackgroundWriter", "DatabaseError", "DatabaseUnavailable",
     "DimensionMismatch", "DuplicateMemory",
-    "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
+    "EditError", "Embedder", "EmbedderConfig", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
-    "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
-    "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder",
+    "MiniLMEmbedder", "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
+    "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder", "from_config",
 ]
