@@ -4,14 +4,8 @@ The API lives in SQL (schema ``pgmem``); this package is a thin psycopg 3 wrappe
 :class:`Memory` (``AsyncMemory`` for asyncio; ``Memory.writer()`` for a background writer).
 """
 
-from .aio import AsyncMemory
-from .client import (
-    AddResult, Context, ContextItem, HistoryEvent, Memory, MemoryRecord, Page, PurgeResult, Source, Space, SpaceStats,
-    Turn,
-)
-from .embedders import (
-    Embedder, EmbedderConfig, MiniLMEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder, from_config,
-)
+from typing import TYPE_CHECKING
+
 from .errors import (
     AmbiguousEdit,
     DatabaseError,
@@ -32,7 +26,6 @@ from .errors import (
     ValidationError,
     VersionConflict,
 )
-from .writer import BackgroundWriter, QueueFull, WriterClosed, WriterReport
 
 __version__ = "0.1.0"
 
@@ -44,3 +37,41 @@ __all__ = [
     "MiniLMEmbedder", "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
     "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder", "from_config",
 ]
+
+# The rest is imported on first use (PEP 562), so that `import pgmem` and a CLI command that needs no database
+# client, no asyncio and no embedder do not pay for them.
+_LAZY = {
+    "AsyncMemory": "aio",
+    **{name: "client" for name in ("AddResult", "Context", "ContextItem", "HistoryEvent", "Memory", "MemoryRecord",
+                                   "Page", "PurgeResult", "Source", "Space", "SpaceStats", "Turn")},
+    **{name: "embedders" for name in ("Embedder", "EmbedderConfig", "MiniLMEmbedder", "OpenAIEmbedder",
+                                      "SentenceTransformerEmbedder", "default_embedder", "from_config")},
+    **{name: "writer" for name in ("BackgroundWriter", "QueueFull", "WriterClosed", "WriterReport")},
+}
+
+if TYPE_CHECKING:
+    from .aio import AsyncMemory
+    from .client import (
+        AddResult, Context, ContextItem, HistoryEvent, Memory, MemoryRecord, Page, PurgeResult, Source, Space,
+        SpaceStats, Turn,
+    )
+    from .embedders import (
+        Embedder, EmbedderConfig, MiniLMEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder,
+        from_config,
+    )
+    from .writer import BackgroundWriter, QueueFull, WriterClosed, WriterReport
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pgmem' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

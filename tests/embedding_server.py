@@ -2,7 +2,8 @@
 vectors, run as its own process (``python tests/embedding_server.py PORT``).
 
 Models served:
-- ``all-MiniLM-L6-v2``: the real 384-dim vectors;
+- ``all-MiniLM-L6-v2`` (also as ``sentence-transformers/all-MiniLM-L6-v2``, the local embedder's name, so a
+  space can be served by either): the real 384-dim vectors;
 - ``minilm-768``: the same vectors repeated twice and renormalised (a 768-dim model for mismatch tests);
 - ``flaky``: 384-dim, but the first two requests of the process get HTTP 503 (for retry tests).
 Unknown models get HTTP 404 with an OpenAI-style error body. Requires ``Authorization: Bearer test-key``.
@@ -66,7 +67,7 @@ class Handler(BaseHTTPRequestHandler):
             if fail:
                 self._send(503, {"error": {"message": "overloaded, try again"}}, {"Retry-After": "0"})
                 return
-        if model not in ("all-MiniLM-L6-v2", "minilm-768", "flaky"):
+        if model not in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm-768", "flaky"):
             self._send(404, {"error": {"message": f"model {model!r} not found"}})
             return
         with LOCK:
