@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from pgmem import Memory, SentenceTransformerEmbedder, importer, migrations
+    from pgmem import Memory, MiniLMEmbedder, importer, migrations
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     if not args.data.is_file():
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     dsn = fresh_database(args.dsn)
     migrations.migrate(dsn)
-    embedder = TimedEmbedder(SentenceTransformerEmbedder())
+    embedder = TimedEmbedder(MiniLMEmbedder())
     console.print(f"database {DATABASE} re-created and migrated; {len(users)} conversation(s), "
                   f"{len(questions)} questions; modes: {', '.join(modes)}")
 

@@ -4,12 +4,8 @@ The API lives in SQL (schema ``pgmem``); this package is a thin psycopg 3 wrappe
 :class:`Memory` (``AsyncMemory`` for asyncio; ``Memory.writer()`` for a background writer).
 """
 
-from .aio import AsyncMemory
-from .client import (
-    AddResult, Context, ContextItem, HistoryEvent, Memory, MemoryRecord, Page, PurgeResult, Source, Space, SpaceStats,
-    Turn,
-)
-from .embedders import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder
+from typing import TYPE_CHECKING
+
 from .errors import (
     AmbiguousEdit,
     DatabaseError,
@@ -31,7 +27,6 @@ from .errors import (
     ValidationError,
     VersionConflict,
 )
-from .writer import BackgroundWriter, QueueFull, WriterClosed, WriterReport
 
 __version__ = "0.1.0"
 #: The name pgmem is published under on PyPI (``pip install pgmem-agents``); ``pgmem`` there is another project.
@@ -40,8 +35,46 @@ DISTRIBUTION = "pgmem-agents"
 __all__ = [
     "AddResult", "AmbiguousEdit", "DISTRIBUTION", "AsyncMemory", "BackgroundWriter", "DatabaseError", "DatabaseUnavailable",
     "DimensionMismatch", "DuplicateMemory",
-    "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
+    "EditError", "Embedder", "EmbedderConfig", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
-    "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
-    "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "UnsafePath", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder",
+    "MiniLMEmbedder", "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
+    "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "UnsafePath", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder", "from_config",
 ]
+
+# The rest is imported on first use (PEP 562), so that `import pgmem` and a CLI command that needs no database
+# client, no asyncio and no embedder do not pay for them.
+_LAZY = {
+    "AsyncMemory": "aio",
+    **{name: "client" for name in ("AddResult", "Context", "ContextItem", "HistoryEvent", "Memory", "MemoryRecord",
+                                   "Page", "PurgeResult", "Source", "Space", "SpaceStats", "Turn")},
+    **{name: "embedders" for name in ("Embedder", "EmbedderConfig", "MiniLMEmbedder", "OpenAIEmbedder",
+                                      "SentenceTransformerEmbedder", "default_embedder", "from_config")},
+    **{name: "writer" for name in ("BackgroundWriter", "QueueFull", "WriterClosed", "WriterReport")},
+}
+
+if TYPE_CHECKING:
+    from .aio import AsyncMemory
+    from .client import (
+        AddResult, Context, ContextItem, HistoryEvent, Memory, MemoryRecord, Page, PurgeResult, Source, Space,
+        SpaceStats, Turn,
+    )
+    from .embedders import (
+        Embedder, EmbedderConfig, MiniLMEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder,
+        from_config,
+    )
+    from .writer import BackgroundWriter, QueueFull, WriterClosed, WriterReport
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pgmem' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

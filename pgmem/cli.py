@@ -1518,7 +1518,7 @@ def serve_(ctx: typer.Context,
     try:
         from .service import Settings, serve
     except ImportError as exc:
-        raise PgmemError(f"pgmem serve needs its extra: {exc}", hint="pip install 'pgmem[serve]'") from None
+        raise PgmemError(f"pgmem serve needs its extra: {exc}", hint="pip install 'pgmem-agents[serve]'") from None
     o = options(ctx, dsn=dsn, space=space)
     serve(Settings(dsn=o.dsn, host=host, port=port, public_url=public_url, cors_origins=tuple(cors_origin or ()),
                    allowed_hosts=tuple(allowed_host or ()), space=o.space, max_body_bytes=max_body,

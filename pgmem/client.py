@@ -314,7 +314,8 @@ def resolve_dsn(dsn: str | None) -> tuple[str, bool]:
     from . import migrations, server
 
     url = server.start().url()
-    migrations.migrate(url)
+    if not migrations.is_current(url):
+        migrations.migrate(url)
     return url, True
 
 

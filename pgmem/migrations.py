@@ -66,6 +66,21 @@ def applied(dsn: str) -> list[str]:
     return _run(go)
 
 
+def is_current(dsn: str) -> bool:
+    """Whether every migration file has been applied at ``dsn``, read from yoyo's own table with one query and
+    without loading yoyo (what a command pays on each start against the embedded server). False when that
+    cannot be told (no table yet, no permission): :func:`migrate` then decides, under yoyo's lock."""
+    import psycopg
+
+    ids = {p.name[:-len(".sql")] for p in sql_path().glob("*.sql") if not p.name.endswith(".rollback.sql")}
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            done = {row[0] for row in conn.execute("SELECT migration_id FROM public._yoyo_migration")}
+    except psycopg.Error:
+        return False
+    return ids <= done
+
+
 def migrate(dsn: str) -> list[str]:
     """Apply every pending migration under yoyo's lock; returns the ids applied (empty when up to date).
 

