@@ -27,6 +27,7 @@ from .errors import (
     PgmemError,
     SchemaError,
     ScopeRequired,
+    SummariserError,
     ValidationError,
     VersionConflict,
 )
@@ -39,6 +40,6 @@ __all__ = [
     "DimensionMismatch", "DuplicateMemory",
     "EditError", "Embedder", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
-    "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
+    "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "SummariserError", "Space", "SpaceStats",
     "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder",
 ]
