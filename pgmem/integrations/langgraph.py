@@ -130,7 +130,8 @@ def _to_item(rec: Any, cls: type = Item) -> Item:
     key = meta[KEY]
     value = {k: v for k, v in meta.items() if not k.startswith(RESERVED)}
     if cls is SearchItem:
-        return SearchItem(namespace, key, value, rec.created_at, rec.updated_at, score=rec.score)
+        score = rec.score if rec.score is not None else rec.similarity  # vector mode: the cosine similarity
+        return SearchItem(namespace, key, value, rec.created_at, rec.updated_at, score=score)
     return Item(value=value, key=key, namespace=namespace, created_at=rec.created_at, updated_at=rec.updated_at)
 
 
@@ -192,6 +193,11 @@ class PgmemStore(BaseStore):
         self.search_mode = search_mode
         self._clients: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        if self.is_async:
+            try:  # as AsyncPostgresStore: the loop the store is made on serves sync calls from other threads
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
 
     # --- the two entry points ---------------------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -233,10 +239,10 @@ class PgmemStore(BaseStore):
                     return stop.value
                 result, error = None, None
                 kwargs = dict(call.kwargs)
-                if call.tx:
-                    if conn is None:
-                        conn = stack.enter_context(self.memory.pool.connection())
-                        stack.enter_context(conn.transaction())
+                if call.tx and conn is None:
+                    conn = stack.enter_context(self.memory.pool.connection())
+                    stack.enter_context(conn.transaction())
+                if conn is not None:  # once the plan writes, it reads its own writes
                     kwargs["conn"] = conn
                 try:
                     result = getattr(call.client, call.method)(*call.args, **kwargs)
@@ -255,10 +261,10 @@ class PgmemStore(BaseStore):
                     return stop.value
                 result, error = None, None
                 kwargs = dict(call.kwargs)
-                if call.tx:
-                    if conn is None:
-                        conn = await stack.enter_async_context(self.memory.pool.connection())
-                        await stack.enter_async_context(conn.transaction())
+                if call.tx and conn is None:
+                    conn = await stack.enter_async_context(self.memory.pool.connection())
+                    await stack.enter_async_context(conn.transaction())
+                if conn is not None:  # once the plan writes, it reads its own writes
                     kwargs["conn"] = conn
                 try:
                     result = await getattr(call.client, call.method)(*call.args, **kwargs)
@@ -293,15 +299,16 @@ class PgmemStore(BaseStore):
     def _plan(self, ops: list[Op]):
         results: list[Result] = [None] * len(ops)
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        later: dict[Any, tuple[Any, Any]] = {}  # memory id -> (client, record) to refresh after the reads
         for op in ops:
             validate_op_namespace(op)
             if isinstance(op, PutOp):
                 self._check_put(op)
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
-                results[i] = yield from self._get(op)
+                results[i] = yield from self._get(op, later)
             elif isinstance(op, SearchOp):
-                results[i] = yield from self._search(op)
+                results[i] = yield from self._search(op, later)
             elif isinstance(op, ListNamespacesOp):
                 results[i] = yield from self._list_namespaces(op)
             elif isinstance(op, PutOp):
@@ -309,6 +316,12 @@ class PgmemStore(BaseStore):
                 puts[(tuple(op.namespace), op.key)] = op
             else:
                 raise ValidationError(f"unknown store operation {type(op).__name__}", field="ops")
+        refresh: dict[int, tuple[Any, list[Any]]] = {}
+        for client, rec in later.values():
+            if (tuple(rec.metadata[NS]), rec.metadata[KEY]) not in puts:  # a put of the key sets its expiry anew
+                refresh.setdefault(id(client), (client, []))[1].append(rec)
+        for client, recs in refresh.values():
+            yield from self._refresh(client, recs)
         if puts:
             yield from self._put_all(list(puts.values()))
         return results
@@ -355,7 +368,7 @@ class PgmemStore(BaseStore):
             recs.sort(key=lambda r: (r.updated_at, str(r.id)), reverse=True)
         return out
 
-    def _get(self, op: GetOp):
+    def _get(self, op: GetOp, later: dict):
         client, _ = yield from self._client(op.namespace, write=False)
         pair = (tuple(op.namespace), op.key)
         found = yield from self._lookup(client, [pair])
@@ -363,10 +376,10 @@ class PgmemStore(BaseStore):
             return None
         rec = found[pair][0]
         if op.refresh_ttl:
-            yield from self._refresh(client, [rec])
+            self._refresh_later(later, client, [rec])
         return _to_item(rec)
 
-    def _search(self, op: SearchOp):
+    def _search(self, op: SearchOp, later: dict):
         client, _ = yield from self._client(op.namespace_prefix, write=False)
         if not isinstance(op.limit, int) or isinstance(op.limit, bool) or op.limit < 1:
             raise ValidationError(f"limit must be a positive integer, got {op.limit!r}", field="limit")
@@ -385,7 +398,7 @@ class PgmemStore(BaseStore):
             recs = recs[op.offset:op.offset + op.limit]
             cls = SearchItem
         if op.refresh_ttl:
-            yield from self._refresh(client, recs)
+            self._refresh_later(later, client, recs)
         return [_to_item(r, cls) for r in recs]
 
     def _list_all(self, client: Any, flt: Mapping[str, Any]):
@@ -498,20 +511,34 @@ class PgmemStore(BaseStore):
         yield from self._add(client, adds)
 
     def _add(self, client: Any, items: list[dict[str, Any]]):
-        """add_many ``items`` in the plan's transaction; an item that met another memory's content (created
-        False) is added again with its own content line."""
+        """add_many ``items`` in the plan's transaction. An item that met another memory's content (created False)
+        is added again with its own content line, unless that memory is the same item (a concurrent put of the
+        same key and text won): then it gets this put's value."""
         pending = items
         while pending:
             results = yield _call(client, "add_many", pending, tx=True)
             again = []
             for item, res in zip(pending, results):
-                if not res.created:
-                    own = self._own(item)
-                    if own is None:
-                        raise ValidationError(f"key {item['metadata'][KEY]!r} of {tuple(item['metadata'][NS])!r}: "
-                                              f"its text is held by memory {res.id}", field="value")
-                    again.append(own)
+                if res.created:
+                    continue
+                meta = item["metadata"]
+                other = yield _call(client, "get", res.id, tx=True)
+                if other is not None and (other.metadata or {}).get(KEY) == meta[KEY] and \
+                        list((other.metadata or {}).get(NS, ())) == meta[NS]:
+                    yield _call(client, "update", res.id, metadata=meta, replace_metadata=True, tx=True)
+                    continue
+                own = self._own(item)
+                if own is None:
+                    raise ValidationError(f"key {meta[KEY]!r} of {tuple(meta[NS])!r}: its text is held by memory "
+                                          f"{res.id}", field="value")
+                again.append(own)
             pending = again
+
+    @staticmethod
+    def _refresh_later(later: dict, client: Any, recs: Sequence[Any]) -> None:
+        for r in recs:
+            if (r.metadata or {}).get(TTL) is not None:
+                later[r.id] = (client, r)
 
     def _refresh(self, client: Any, recs: Sequence[Any]):
         """Re-store the items of ``recs`` that have a TTL, so that they expire ``ttl`` minutes from now."""
