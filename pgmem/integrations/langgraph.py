@@ -34,6 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
+import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack
 from datetime import datetime, timedelta, timezone
@@ -56,7 +59,8 @@ from langgraph.store.base import (
 from langgraph.store.base import validate_op_namespace
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
-from ..errors import DuplicateMemory, IdentityError, InvalidFilter, PgmemError, ValidationError
+from ..errors import (DatabaseError, DuplicateMemory, IdentityError, InvalidFilter, NotFound, PgmemError,
+                      ValidationError)
 
 NS = "langgraph:namespace"
 PREFIXES = "langgraph:prefixes"
@@ -66,6 +70,10 @@ TTL = "langgraph:ttl"
 RESERVED = "langgraph:"
 OPERATORS = {"$eq": "eq", "$ne": "ne", "$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
 PAGE = 1000  # pgmem.list's largest page
+# Concurrent batches writing the same keys can deadlock (their lookups, deletes, updates and inserts lock rows and
+# the content index in different orders); PostgreSQL then aborts one transaction, which is run again.
+RETRY_SQLSTATES = ("40P01", "40001")  # deadlock_detected, serialization_failure
+RETRIES = 4
 
 
 def _path(namespace: Sequence[str]) -> str:
@@ -193,6 +201,10 @@ class PgmemStore(BaseStore):
         self.search_mode = search_mode
         self._clients: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # One writing transaction at a time per store: concurrent batches of one process would otherwise deadlock
+        # each other on the same keys; batches of other processes are retried on a deadlock.
+        self._write_lock = threading.Lock()
+        self._async_write_lock: asyncio.Lock | None = None
         if self.is_async:
             try:  # as AsyncPostgresStore: the loop the store is made on serves sync calls from other threads
                 self._loop = asyncio.get_running_loop()
@@ -215,7 +227,15 @@ class PgmemStore(BaseStore):
                 raise asyncio.InvalidStateError("this PgmemStore wraps an AsyncMemory: use abatch and the a* "
                                                 "methods (sync calls work only from other threads)")
             return asyncio.run_coroutine_threadsafe(self.abatch(list(ops)), self._loop).result()
-        return self._drive_sync(self._plan(list(ops)))
+        ops = list(ops)
+        for attempt in range(RETRIES + 1):
+            try:
+                return self._drive_sync(self._plan(ops))
+            except DatabaseError as exc:
+                if exc.sqlstate not in RETRY_SQLSTATES or attempt == RETRIES:
+                    raise
+                time.sleep(random.uniform(0.01, 0.05) * 2 ** attempt)
+        raise AssertionError("unreachable")
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` for asyncio: native on an AsyncMemory, in a worker thread on a Memory."""
@@ -223,7 +243,14 @@ class PgmemStore(BaseStore):
         if not self.is_async:
             return await asyncio.to_thread(self.batch, ops)
         self._loop = asyncio.get_running_loop()
-        return await self._drive_async(self._plan(ops))
+        for attempt in range(RETRIES + 1):
+            try:
+                return await self._drive_async(self._plan(ops))
+            except DatabaseError as exc:
+                if exc.sqlstate not in RETRY_SQLSTATES or attempt == RETRIES:
+                    raise
+                await asyncio.sleep(random.uniform(0.01, 0.05) * 2 ** attempt)
+        raise AssertionError("unreachable")
 
     # --- drivers: run a plan's calls with a sync or async client -------------------------------------------------
     # A plan is a generator of _Call requests; pgmem errors of a call are thrown back into it (it may retry).
@@ -240,6 +267,7 @@ class PgmemStore(BaseStore):
                 result, error = None, None
                 kwargs = dict(call.kwargs)
                 if call.tx and conn is None:
+                    stack.enter_context(self._write_lock)
                     conn = stack.enter_context(self.memory.pool.connection())
                     stack.enter_context(conn.transaction())
                 if conn is not None:  # once the plan writes, it reads its own writes
@@ -262,6 +290,9 @@ class PgmemStore(BaseStore):
                 result, error = None, None
                 kwargs = dict(call.kwargs)
                 if call.tx and conn is None:
+                    if self._async_write_lock is None:
+                        self._async_write_lock = asyncio.Lock()
+                    await stack.enter_async_context(self._async_write_lock)
                     conn = await stack.enter_async_context(self.memory.pool.connection())
                     await stack.enter_async_context(conn.transaction())
                 if conn is not None:  # once the plan writes, it reads its own writes
@@ -493,6 +524,7 @@ class PgmemStore(BaseStore):
                 continue
             item = self._item(tuple(op.namespace), op.key, op.value, op.index, self._ttl_minutes(op), now)
             if current is not None and item["expires_at"] is None and current.expires_at is None:
+                done = False
                 for candidate in (item, self._own(item)):
                     if candidate is None:
                         raise ValidationError(f"key {op.key!r} of {tuple(op.namespace)!r}: its text is held by "
@@ -500,9 +532,16 @@ class PgmemStore(BaseStore):
                     try:
                         yield _call(client, "update", current.id, content=candidate["content"],
                                     metadata=candidate["metadata"], replace_metadata=True, tx=True)
+                        done = True
                         break
                     except DuplicateMemory:
                         continue
+                    except NotFound:  # deleted by a concurrent batch since the lookup: store it anew
+                        break
+                if done:
+                    continue
+                item["created_at"] = current.created_at
+                adds.append(item)
                 continue
             if current is not None:
                 yield _call(client, "delete", current.id, tx=True)
@@ -515,7 +554,9 @@ class PgmemStore(BaseStore):
         is added again with its own content line, unless that memory is the same item (a concurrent put of the
         same key and text won): then it gets this put's value."""
         pending = items
-        while pending:
+        for _ in range(5):
+            if not pending:
+                return
             results = yield _call(client, "add_many", pending, tx=True)
             again = []
             for item, res in zip(pending, results):
@@ -523,9 +564,15 @@ class PgmemStore(BaseStore):
                     continue
                 meta = item["metadata"]
                 other = yield _call(client, "get", res.id, tx=True)
-                if other is not None and (other.metadata or {}).get(KEY) == meta[KEY] and \
+                if other is None:  # deleted by a concurrent batch since: try again
+                    again.append(item)
+                    continue
+                if (other.metadata or {}).get(KEY) == meta[KEY] and \
                         list((other.metadata or {}).get(NS, ())) == meta[NS]:
-                    yield _call(client, "update", res.id, metadata=meta, replace_metadata=True, tx=True)
+                    try:
+                        yield _call(client, "update", res.id, metadata=meta, replace_metadata=True, tx=True)
+                    except NotFound:  # and deleted since by yet another batch: add it again
+                        again.append(item)
                     continue
                 own = self._own(item)
                 if own is None:
@@ -533,6 +580,9 @@ class PgmemStore(BaseStore):
                                           f"{res.id}", field="value")
                 again.append(own)
             pending = again
+        if pending:
+            raise DatabaseError("could not store the items: other batches kept changing the same keys",
+                                sqlstate="40001")
 
     @staticmethod
     def _refresh_later(later: dict, client: Any, recs: Sequence[Any]) -> None:
