@@ -33,6 +33,7 @@ Mapping (docs/integrations.md):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import math
 import random
 import threading
@@ -251,6 +252,29 @@ class PgmemStore(BaseStore):
                     raise
                 await asyncio.sleep(random.uniform(0.01, 0.05) * 2 ** attempt)
         raise AssertionError("unreachable")
+
+    # --- LangGraph's TTL sweeper API ---------------------------------------------------------------------------
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Any:
+        """For code written for LangGraph's PostgresStore: nothing to start. Expired items are invisible at once
+        and pgmem's purge removes them (``pgmem purge`` or ``pgmem.schedule_purge()``, as a role that may purge
+        every user's rows: docs/lifecycle.md). Returns a finished future (an awaitable on an AsyncMemory)."""
+        if self.is_async:
+            async def started() -> None:
+                return None
+
+            return started()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        done.set_result(None)
+        return done
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> Any:
+        """The counterpart of :meth:`start_ttl_sweeper`: True (an awaitable of True on an AsyncMemory)."""
+        if self.is_async:
+            async def stopped() -> bool:
+                return True
+
+            return stopped()
+        return True
 
     # --- drivers: run a plan's calls with a sync or async client -------------------------------------------------
     # A plan is a generator of _Call requests; pgmem errors of a call are thrown back into it (it may retry).
@@ -472,7 +496,7 @@ class PgmemStore(BaseStore):
         return op.ttl
 
     def _item(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any], index: Any,
-              ttl: float | None, now: datetime) -> dict[str, Any]:
+              ttl: float | None) -> dict[str, Any]:
         """The add_many item of one put."""
         text = "" if index is False else item_text(value, self.fields if index is None else list(index))
         path = _path(namespace)
@@ -482,7 +506,7 @@ class PgmemStore(BaseStore):
             meta[TTL] = ttl
         return {"content": text or f"{path}/{key}", "metadata": meta,
                 "session_id": path if len(path) <= 256 else None, "created_at": None,
-                "expires_at": now + timedelta(minutes=ttl) if ttl is not None else None}
+                "expires_at": None, "ttl": ttl}
 
     @staticmethod
     def _own(item: dict[str, Any]) -> dict[str, Any] | None:
@@ -510,7 +534,6 @@ class PgmemStore(BaseStore):
         # The space first, outside the transaction: created in it and rolled back, the client's cache would hold
         # a space that does not exist.
         yield _call(client, "space")
-        now = datetime.now(timezone.utc)
         existing = yield from self._lookup(client, [(tuple(op.namespace), op.key) for op in ops], tx=True)
         adds: list[dict[str, Any]] = []
         for op in ops:
@@ -522,8 +545,8 @@ class PgmemStore(BaseStore):
                 if current is not None:
                     yield _call(client, "delete", current.id, tx=True)
                 continue
-            item = self._item(tuple(op.namespace), op.key, op.value, op.index, self._ttl_minutes(op), now)
-            if current is not None and item["expires_at"] is None and current.expires_at is None:
+            item = self._item(tuple(op.namespace), op.key, op.value, op.index, self._ttl_minutes(op))
+            if current is not None and item["ttl"] is None and current.expires_at is None:
                 done = False
                 for candidate in (item, self._own(item)):
                     if candidate is None:
@@ -557,7 +580,12 @@ class PgmemStore(BaseStore):
         for _ in range(5):
             if not pending:
                 return
-            results = yield _call(client, "add_many", pending, tx=True)
+            # The expiry counts from the write itself (a batch may have waited for the store's write lock).
+            now = datetime.now(timezone.utc)
+            batch = [{k: v for k, v in it.items() if k != "ttl"} | (
+                {"expires_at": now + timedelta(minutes=it["ttl"])} if it.get("ttl") is not None else {})
+                for it in pending]
+            results = yield _call(client, "add_many", batch, tx=True)
             again = []
             for item, res in zip(pending, results):
                 if res.created:
@@ -591,18 +619,21 @@ class PgmemStore(BaseStore):
                 later[r.id] = (client, r)
 
     def _refresh(self, client: Any, recs: Sequence[Any]):
-        """Re-store the items of ``recs`` that have a TTL, so that they expire ``ttl`` minutes from now."""
-        now = datetime.now(timezone.utc)
+        """Re-store the items of ``recs`` that have a TTL, so that they expire ``ttl`` minutes from now: those
+        still as read (looked up again in the transaction; an item changed or deleted since is left alone)."""
+        recs = [r for r in recs if (r.metadata or {}).get(TTL) is not None]
+        if not recs:
+            return
+        read = {r.id for r in recs}
+        now = yield from self._lookup(client, [(tuple(r.metadata[NS]), r.metadata[KEY]) for r in recs], tx=True)
         items = []
-        for r in recs:
-            meta = r.metadata or {}
-            if meta.get(TTL) is None:
+        for found in now.values():
+            r = found[0]
+            if r.id not in read:
                 continue
-            items.append({"content": r.content, "metadata": dict(meta), "session_id": r.session_id,
-                          "created_at": r.created_at, "expires_at": now + timedelta(minutes=meta[TTL])})
-        for r in recs:
-            if (r.metadata or {}).get(TTL) is not None:
-                yield _call(client, "delete", r.id, tx=True)
+            yield _call(client, "delete", r.id, tx=True)
+            items.append({"content": r.content, "metadata": dict(r.metadata), "session_id": r.session_id,
+                          "created_at": r.created_at, "expires_at": None, "ttl": r.metadata[TTL]})
         yield from self._add(client, items)
 
 
