@@ -24,6 +24,16 @@ Scoring (the rule of the data's README, as in the recall lab's ``common.py``)
 - latency: wall time of the ``search`` call (query embedding included), p50/p95 in ms; "search only" subtracts
   the time spent inside the embedder during that call (measured by wrapping the embedder).
 
+``--systems`` adds LangGraph stores, fed the same turns in the same run (``pip install 'pgmem-agents[langgraph]'
+langgraph-checkpoint-postgres``): ``adapter`` is pgmem's LangGraph store (``PgmemStore`` on the same Memory,
+space ``minilm-langgraph``), ``postgresstore`` is LangGraph's own ``PostgresStore`` (database
+``pgmem_bench_recall_lg`` on the same server, pgvector index, the same MiniLM embedder). Both get one item per
+turn: namespace ``(sample_id, "locomo", session_N)``, key = ``dia_id``, value ``{"text": <pgmem's content>,
+"speaker", "dia_id", "turn", "session_date"}`` indexed on ``["text"]``, put in file order through
+``store.batch`` (one batch per session); each question is ``store.search((sample_id,), query=question,
+limit=10)``. Unlike the import, LangGraph items carry no ``created_at`` of the conversation (LangGraph has no
+such field), so the day of a turn is not searchable text in either store.
+
 Output: a table on stdout (plus the naive baseline of the data's README), ``OUT/recall_locomo.csv`` (one row
 per mode) and ``OUT/recall_locomo.png`` (R@1/R@5/R@10 per mode, baseline R@10 marked). The dataset is only
 read from ``--data``, never copied. Exit code 0; with ``--check``, 1 when hybrid R@10 < 0.80 or R@5 < 0.70.
@@ -46,6 +56,8 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 DATABASE = "pgmem_bench_recall"
+LG_DATABASE = "pgmem_bench_recall_lg"
+SYSTEMS = ("pgmem", "adapter", "postgresstore")
 SPACE = "minilm"
 MODES = ("vector", "text", "hybrid")
 K = 10
@@ -171,8 +183,8 @@ def with_database(url: str, dbname: str) -> str:
     return urlunsplit(parts._replace(path="/" + dbname))
 
 
-def fresh_database(dsn: str | None) -> str:
-    """Drop and re-create ``pgmem_bench_recall``; its DSN (a postgresql:// URL)."""
+def fresh_database(dsn: str | None, database: str = DATABASE) -> str:
+    """Drop and re-create ``database`` (default ``pgmem_bench_recall``); its DSN (a postgresql:// URL)."""
     import psycopg
     from psycopg import sql
 
@@ -180,16 +192,16 @@ def fresh_database(dsn: str | None) -> str:
         from pgmem import server
 
         st = server.start()
-        admin, bench = st.url("postgres"), st.url(DATABASE)
+        admin, bench = st.url("postgres"), st.url(database)
     else:
         if not dsn.startswith(("postgresql://", "postgres://")):
             sys.exit("--dsn must be a postgresql:// URL (the benchmark's database replaces its database name)")
-        if urlsplit(dsn).path.strip("/") == DATABASE:
+        if urlsplit(dsn).path.strip("/") in (DATABASE, LG_DATABASE):
             sys.exit(f"--dsn must name another database than {DATABASE} (it is dropped and re-created)")
-        admin, bench = dsn, with_database(dsn, DATABASE)
+        admin, bench = dsn, with_database(dsn, database)
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     return bench
 
 
@@ -251,12 +263,14 @@ def write_chart(path: Path, results: dict[str, dict], title: str) -> None:
         bars = ax.bar(x + (i - 1) * width, vals, width, label=label)
         ax.bar_label(bars, fmt="%.3f", fontsize=6.5, padding=1)
     for j, mode in enumerate(modes):
+        if mode not in BASELINE:
+            continue
         name, _, r10 = BASELINE[mode]
         ax.hlines(r10, x[j] - 1.5 * width, x[j] + 1.5 * width, colors="black", linestyles="dashed", linewidth=1.2,
                   label="baseline R@10 (README)" if j == 0 else None)
         ax.annotate(f"{name.removeprefix('baseline ')} {r10:.3f}", (x[j] - 1.5 * width, r10 + 0.01), fontsize=7,
                     va="bottom", ha="left")
-    ax.set_xticks(x, modes)
+    ax.set_xticks(x, [m.replace(" ", "\n", 1) for m in modes], fontsize=8)
     ax.set_xlim(-0.6, len(modes) - 0.4)
     ax.set_ylim(0, 1)
     ax.set_ylabel("turn-level recall")
@@ -266,6 +280,57 @@ def write_chart(path: Path, results: dict[str, dict], title: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------------------
+# LangGraph stores (--systems adapter,postgresstore)
+# --------------------------------------------------------------------------------------------------------
+def langgraph_batches(records) -> list[list]:
+    """The PutOps of the turns, one list per (conversation, session), in file order."""
+    from langgraph.store.base import PutOp
+
+    batches: dict[tuple[str, str], list] = {}
+    for r in records:
+        ns = (r.user_id, "locomo", r.session_id)
+        batches.setdefault((r.user_id, r.session_id), []).append(
+            PutOp(ns, r.metadata["dia_id"], {"text": r.content, **r.metadata}, index=["text"]))
+    return list(batches.values())
+
+
+def run_store(label: str, store, batches: list[list], questions: list[Question], embedder, console, bar) -> Scores:
+    """Put every batch, then ask every question with ``store.search``; the scores."""
+    n = sum(len(b) for b in batches)
+    t0 = time.perf_counter()
+    with bar(f"{label}: put") as progress:
+        task = progress.add_task("put", total=n)
+        for b in batches:
+            store.batch(b)
+            progress.advance(task, len(b))
+    console.print(f"{label}: {n} items put in {time.perf_counter() - t0:.1f} s")
+    store.search((questions[0].user,), query="warm-up question", limit=K)
+    scores = Scores()
+    with bar(f"{label}: search") as progress:
+        task = progress.add_task("search", total=len(questions))
+        for q in questions:
+            embedder.seconds = 0.0
+            t0 = time.perf_counter()
+            hits = store.search((q.user,), query=q.text, limit=K)
+            wall = time.perf_counter() - t0
+            scores.add(q, [h.value.get("dia_id") for h in hits], 1000 * wall, 1000 * embedder.seconds)
+            progress.advance(task)
+    return scores
+
+
+def postgres_store(dsn: str | None, embedder):
+    """LangGraph's PostgresStore in a fresh database, indexed with ``embedder`` on the field ``text``."""
+    from langgraph.store.postgres import PostgresStore
+
+    url = fresh_database(dsn, LG_DATABASE)
+    cm = PostgresStore.from_conn_string(url, index={"dims": embedder.dims, "fields": ["text"],
+                                                    "embed": lambda texts: embedder.embed(list(texts)).tolist()})
+    store = cm.__enter__()
+    store.setup()
+    return cm, store
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -280,6 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit-conversations", type=int, default=None, metavar="N",
                     help="only the first N conversations of the file")
     ap.add_argument("--batch-size", type=int, default=256, help="import batch size")
+    ap.add_argument("--systems", default="pgmem",
+                    help=f"comma-separated, of {', '.join(SYSTEMS)} (default pgmem: Memory.search in each mode)")
     ap.add_argument("--check", action="store_true",
                     help=f"exit 1 when hybrid R@10 < {CHECK_R10} or R@5 < {CHECK_R5}")
     args = ap.parse_args(argv)
@@ -295,7 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]no such file: {args.data}[/red]")
         return 2
     users, questions = load(args.data, args.limit_conversations)
-    modes = MODES
+    systems = [x.strip() for x in args.systems.split(",") if x.strip()]
+    if not systems or set(systems) - set(SYSTEMS):
+        console.print(f"[red]--systems takes {', '.join(SYSTEMS)}[/red]")
+        return 2
+    modes = MODES if "pgmem" in systems else ()
 
     dsn = fresh_database(args.dsn)
     migrations.migrate(dsn)
@@ -308,61 +379,83 @@ def main(argv: Sequence[str] | None = None) -> int:
                         TimeRemainingColumn(), console=console)
 
     with Memory(dsn, role="pgmem_gateway", space=SPACE, embedder=embedder) as memory:
-        # 2. import
-        keep = set(users)
+        summary = None
+        scores: dict[str, Scores] = {}
+        if modes:
+            # 2. import
+            keep = set(users)
 
-        def owner(rec) -> str:  # a Record's user; a Failure's "where" starts with the sample id
-            return rec.user_id if isinstance(rec, importer.Record) else rec.where.split()[0]
+            def owner(rec) -> str:  # a Record's user; a Failure's "where" starts with the sample id
+                return rec.user_id if isinstance(rec, importer.Record) else rec.where.split()[0]
 
-        if args.limit_conversations:
-            total = sum(1 for r in importer.read_locomo(args.data) if owner(r) in keep)
-        else:
-            total = importer.count_records(args.data, "locomo")
-        with bar("importing") as progress:
-            task = progress.add_task("import", total=total)
-            tick = lambda n: progress.advance(task, n)  # noqa: E731
             if args.limit_conversations:
-                records = (r for r in importer.read_locomo(args.data) if owner(r) in keep)
-                summary = importer.import_records(memory, records, batch_size=args.batch_size, progress=tick)
+                total = sum(1 for r in importer.read_locomo(args.data) if owner(r) in keep)
             else:
-                summary = importer.import_file(memory, args.data, fmt="locomo", batch_size=args.batch_size,
-                                               progress=tick)
-        console.print(f"imported {summary.rows} turns: {summary.added} added, {summary.duplicates} duplicates, "
-                      f"{len(summary.failures)} failures in {summary.seconds:.1f} s "
-                      f"({summary.rows_per_second:.1f} rows/s)")
-        for f in summary.failures[:10]:
-            console.print(f"  [red]failed[/red] {f.where}: {f.reason}")
+                total = importer.count_records(args.data, "locomo")
+            with bar("importing") as progress:
+                task = progress.add_task("import", total=total)
+                tick = lambda n: progress.advance(task, n)  # noqa: E731
+                if args.limit_conversations:
+                    records = (r for r in importer.read_locomo(args.data) if owner(r) in keep)
+                    summary = importer.import_records(memory, records, batch_size=args.batch_size, progress=tick)
+                else:
+                    summary = importer.import_file(memory, args.data, fmt="locomo", batch_size=args.batch_size,
+                                                   progress=tick)
+            console.print(f"imported {summary.rows} turns: {summary.added} added, {summary.duplicates} duplicates, "
+                          f"{len(summary.failures)} failures in {summary.seconds:.1f} s "
+                          f"({summary.rows_per_second:.1f} rows/s)")
+            for f in summary.failures[:10]:
+                console.print(f"  [red]failed[/red] {f.where}: {f.reason}")
 
-        # 3. questions
-        clients = {u: memory.with_identity(user_id=u) for u in users}
-        for mode in modes:  # warm-up (model, connections, plans): not measured
-            clients[users[0]].search("warm-up question", k=K, mode=mode)
-        scores = {mode: Scores() for mode in modes}
-        unmapped = 0
-        with bar("searching") as progress:
-            task = progress.add_task("search", total=len(questions))
-            for q in questions:
-                for mode in modes:
-                    embedder.seconds = 0.0
-                    t0 = time.perf_counter()
-                    recs = clients[q.user].search(q.text, k=K, mode=mode)
-                    wall = time.perf_counter() - t0
-                    ranked = [(r.metadata or {}).get("dia_id") for r in recs]
-                    unmapped += sum(x is None for x in ranked)
-                    scores[mode].add(q, ranked, 1000 * wall, 1000 * embedder.seconds)
-                progress.advance(task)
-        if unmapped:
-            console.print(f"[yellow]warning: {unmapped} results had no metadata['dia_id'][/yellow]")
+            # 3. questions
+            clients = {u: memory.with_identity(user_id=u) for u in users}
+            for mode in modes:  # warm-up (model, connections, plans): not measured
+                clients[users[0]].search("warm-up question", k=K, mode=mode)
+            scores.update({mode: Scores() for mode in modes})
+            unmapped = 0
+            with bar("searching") as progress:
+                task = progress.add_task("search", total=len(questions))
+                for q in questions:
+                    for mode in modes:
+                        embedder.seconds = 0.0
+                        t0 = time.perf_counter()
+                        recs = clients[q.user].search(q.text, k=K, mode=mode)
+                        wall = time.perf_counter() - t0
+                        ranked = [(r.metadata or {}).get("dia_id") for r in recs]
+                        unmapped += sum(x is None for x in ranked)
+                        scores[mode].add(q, ranked, 1000 * wall, 1000 * embedder.seconds)
+                    progress.advance(task)
+            if unmapped:
+                console.print(f"[yellow]warning: {unmapped} results had no metadata['dia_id'][/yellow]")
+
+        records = [r for r in importer.read_locomo(args.data) if isinstance(r, importer.Record) and r.user_id in set(users)]
+        if "adapter" in systems:
+            from pgmem.integrations.langgraph import PgmemStore
+
+            lg_memory = Memory(dsn, role="pgmem_gateway", space=f"{SPACE}-langgraph", embedder=embedder)
+            with lg_memory:
+                scores["pgmem LangGraph store"] = run_store("pgmem LangGraph store", PgmemStore(lg_memory),
+                                                            langgraph_batches(records), questions, embedder,
+                                                            console, bar)
+        if "postgresstore" in systems:
+            cm, store = postgres_store(args.dsn, embedder)
+            try:
+                scores["LangGraph PostgresStore"] = run_store("LangGraph PostgresStore", store,
+                                                              langgraph_batches(records), questions, embedder,
+                                                              console, bar)
+            finally:
+                cm.__exit__(None, None, None)
 
     # 4. report
     results = {mode: s.summary() for mode, s in scores.items()}
     print_tables(console, results, len(users))
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = args.out / "recall_locomo.csv", args.out / "recall_locomo.png"
-    write_csv(csv_path, results, {"conversations": len(users), "k": K, "import_rows": summary.rows,
-                                  "import_seconds": round(summary.seconds, 2),
-                                  "import_rows_per_second": round(summary.rows_per_second, 2)})
-    write_chart(png_path, results, f"pgmem on LoCoMo ({results[modes[0]]['questions']} questions, "
+    write_csv(csv_path, results, {"conversations": len(users), "k": K,
+                                  "import_rows": summary.rows if summary else "",
+                                  "import_seconds": round(summary.seconds, 2) if summary else "",
+                                  "import_rows_per_second": round(summary.rows_per_second, 2) if summary else ""})
+    write_chart(png_path, results, f"pgmem on LoCoMo ({next(iter(results.values()))['questions']} questions, "
                                    f"{len(users)} conversation(s)), k={K}")
     console.print(f"wrote {csv_path}\nwrote {png_path}")
 

@@ -24,6 +24,7 @@ from .errors import (
     SchemaError,
     ScopeRequired,
     UnsafePath,
+    SummariserError,
     ValidationError,
     VersionConflict,
 )
@@ -37,7 +38,7 @@ __all__ = [
     "DimensionMismatch", "DuplicateMemory",
     "EditError", "Embedder", "EmbedderConfig", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
-    "MiniLMEmbedder", "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "Space", "SpaceStats",
+    "MiniLMEmbedder", "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "SummariserError", "Space", "SpaceStats",
     "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "UnsafePath", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder", "from_config",
 ]
 

@@ -103,6 +103,15 @@ class EmbedderError(PgmemError):
     """The embedding provider failed or returned something unusable (not a database fault)."""
 
 
+class SummariserError(PgmemError):
+    """The language model behind :class:`pgmem.summarise.LLMSummariser` failed or replied with something that is
+    not the facts asked for; ``status`` is the HTTP status when there was one (not a database fault)."""
+
+    def __init__(self, message: str, *, status: int | None = None, **kw) -> None:
+        super().__init__(message, **kw)
+        self.status = status
+
+
 class DatabaseUnavailable(PgmemError, ConnectionError):
     """The database could not be reached or the connection broke."""
 

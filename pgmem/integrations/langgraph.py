@@ -1,0 +1,640 @@
+"""A LangGraph ``BaseStore`` on pgmem: long-term memory of LangGraph agents (and of LangMem's memory tools) in
+pgmem, under pgmem's row-level security and hybrid recall.
+
+``pip install 'pgmem-agents[langgraph]'``. ``PgmemStore(memory)`` takes a :class:`pgmem.Memory` (``batch``, and
+``abatch`` in a worker thread) or a :class:`pgmem.aio.AsyncMemory` (``abatch``; ``batch`` raises
+``InvalidStateError``, as LangGraph's async stores do from their event loop). Every operation is one or more
+calls of the public client API, so every statement runs one pgmem stored function as the store's user.
+
+Mapping (docs/integrations.md):
+
+- **user**: ``namespace[user_index]`` (default the first label). A store whose ``Memory`` acts for a user
+  (``Memory(user_id="alice")``) runs everything as that user: a namespace naming another user reads as
+  empty (row-level security shows none of that user's rows) and a write to it raises IdentityError. A store
+  whose ``Memory`` names no user (a gateway login, or a login bound with ``pgmem.bind_role``) acts as the
+  namespace's user, and the database decides whether the login may (``pgmem.act_as``). ``user_index=None``:
+  namespaces do not name users; everything runs as the ``Memory``'s identity.
+- **item**: one live memory per (namespace, key), found by its metadata; an overwrite updates it in place
+  (its history keeps every version). ``session_id`` = the namespace labels joined by ``.`` (when at most 256 characters), so consecutive puts to
+  a namespace get pgmem's context vectors; ``agent_id`` = the ``Memory``'s agent.
+- **value**: the value's top-level keys are the memory's metadata (so LangGraph filters are pgmem metadata
+  filters), beside reserved keys ``langgraph:namespace`` (list of labels), ``langgraph:prefixes`` (the joined
+  prefixes, for prefix search), ``langgraph:key``, ``langgraph:indexed`` and ``langgraph:ttl`` (minutes).
+  Value keys starting with ``langgraph:`` are refused. The metadata limit (64 KiB serialised) applies.
+- **content** (what hybrid search reads and embeds): the text at the ``index`` fields (LangGraph's path syntax,
+  :func:`langgraph.store.base.embed.get_text_at_path`), joined by newlines; by default every string in the
+  value, depth first. pgmem stores one live memory per content and user, so when another item already holds
+  the same text the content gets a last line ``[<namespace>/<key>]``. ``index=False`` (or no text at the
+  fields) stores ``<namespace>/<key>`` as content and leaves the item out of query searches.
+- **ttl** (minutes) is the memory's ``expires_at``; expired items are invisible at once and removed by pgmem's
+  purge (docs/lifecycle.md). A read with ``refresh_ttl`` re-stores the items it returns that have a TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import random
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, ExitStack
+from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+)
+from langgraph.store.base import validate_op_namespace
+from langgraph.store.base.embed import get_text_at_path, tokenize_path
+
+from ..errors import (DatabaseError, DuplicateMemory, IdentityError, InvalidFilter, NotFound, PgmemError,
+                      ValidationError)
+
+NS = "langgraph:namespace"
+PREFIXES = "langgraph:prefixes"
+KEY = "langgraph:key"
+INDEXED = "langgraph:indexed"
+TTL = "langgraph:ttl"
+RESERVED = "langgraph:"
+OPERATORS = {"$eq": "eq", "$ne": "ne", "$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
+PAGE = 1000  # pgmem.list's largest page
+# Concurrent batches writing the same keys can deadlock (their lookups, deletes, updates and inserts lock rows and
+# the content index in different orders); PostgreSQL then aborts one transaction, which is run again.
+RETRY_SQLSTATES = ("40P01", "40001")  # deadlock_detected, serialization_failure
+RETRIES = 4
+
+
+def _path(namespace: Sequence[str]) -> str:
+    return ".".join(namespace)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def item_text(value: Mapping[str, Any], fields: Sequence[str] | None) -> str:
+    """The text pgmem indexes for ``value``: the texts at ``fields`` (LangGraph paths; ``"$"`` is the whole value
+    as JSON), or every string of the value depth first when ``fields`` is None, joined by newlines ('' when
+    none)."""
+    if fields is None:
+        texts = list(_strings(value))
+    else:
+        texts = []
+        for f in fields:
+            texts += get_text_at_path(value, tokenize_path(f) if f != "$" else "$")
+    return "\n".join(t for t in texts if isinstance(t, str) and t.strip())
+
+
+def translate_filter(flt: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A LangGraph filter as a pgmem metadata filter (docs/filters.md): ``{"k": v}`` is JSON equality (an
+    object value too); ``{"k": {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte": v, ...}}`` the operators (ranges compare
+    JSON numbers only). Raises InvalidFilter for other ``$`` operators and for reserved keys."""
+    out: dict[str, Any] = {}
+    for key, value in (flt or {}).items():
+        if not isinstance(key, str) or key.startswith(RESERVED) or key.startswith("$"):
+            raise InvalidFilter(f"invalid filter key {key!r}: keys name top-level fields of the value",
+                                field="filter")
+        if isinstance(value, Mapping) and value and all(isinstance(k, str) and k.startswith("$") for k in value):
+            ops = {}
+            for op, arg in value.items():
+                if op not in OPERATORS:
+                    raise InvalidFilter(f"unknown filter operator {op!r} on key {key!r}; supported: "
+                                        f"{', '.join(OPERATORS)}", field="filter")
+                ops[OPERATORS[op]] = arg
+            out[key] = ops
+        else:
+            out[key] = {"eq": value}
+    return out
+
+
+def _namespace_filter(prefix: Sequence[str]) -> dict[str, Any]:
+    if prefix:
+        return {PREFIXES: {"contains": _path(prefix)}}
+    return {KEY: {"exists": True}}
+
+
+def _to_item(rec: Any, cls: type = Item) -> Item:
+    meta = dict(rec.metadata or {})
+    namespace = tuple(meta[NS])
+    key = meta[KEY]
+    value = {k: v for k, v in meta.items() if not k.startswith(RESERVED)}
+    if cls is SearchItem:
+        score = rec.score if rec.score is not None else rec.similarity  # vector mode: the cosine similarity
+        return SearchItem(namespace, key, value, rec.created_at, rec.updated_at, score=score)
+    return Item(value=value, key=key, namespace=namespace, created_at=rec.created_at, updated_at=rec.updated_at)
+
+
+def _matches(namespace: tuple[str, ...], cond: MatchCondition) -> bool:
+    path = tuple(cond.path)
+    if len(path) > len(namespace):
+        return False
+    part = namespace[:len(path)] if cond.match_type == "prefix" else namespace[len(namespace) - len(path):]
+    return all(p == "*" or p == n for p, n in zip(path, part))
+
+
+class _Call(NamedTuple):
+    """One request of a plan to its driver: ``client.method(*args, **kwargs)``; ``tx`` runs it on the plan's
+    transaction (one connection, committed when the plan ends, rolled back when it raises)."""
+
+    client: Any
+    method: str
+    args: tuple
+    kwargs: dict
+    tx: bool = False
+
+
+def _call(client: Any, method: str, *args: Any, tx: bool = False, **kwargs: Any) -> _Call:
+    return _Call(client, method, args, kwargs, tx)
+
+
+class PgmemStore(BaseStore):
+    """LangGraph's ``BaseStore`` on pgmem (sync with :class:`pgmem.Memory`, async with
+    :class:`pgmem.aio.AsyncMemory`); see the module docstring and docs/integrations.md for the mapping.
+
+    ``user_index``: which namespace label names the pgmem user (default 0; None: none does). ``index``:
+    LangGraph's index configuration; only ``fields`` is read (the default text is every string of the value):
+    the embedding model and dimensions are the pgmem space's. ``ttl``: LangGraph's ``TTLConfig``
+    (``default_ttl`` in minutes, ``refresh_on_read``; pgmem's purge is the sweeper). ``search_mode``: pgmem's
+    search mode for ``search(query=...)`` (``"hybrid"``, default, BM25 fused with vectors; ``"vector"``;
+    ``"text"``). Raises pgmem errors (:mod:`pgmem.errors`); LangGraph's InvalidNamespaceError for bad labels.
+    """
+
+    supports_ttl = True
+
+    def __init__(self, memory: Any, *, user_index: int | None = 0, index: Mapping[str, Any] | None = None,
+                 ttl: TTLConfig | None = None, search_mode: str = "hybrid") -> None:
+        from ..aio import AsyncMemory
+
+        if user_index is not None and (not isinstance(user_index, int) or isinstance(user_index, bool)
+                                       or user_index < 0):
+            raise ValidationError(f"user_index must be a non-negative integer or None, got {user_index!r}",
+                                  field="user_index")
+        if search_mode not in ("hybrid", "vector", "text"):
+            raise ValidationError(f"search_mode must be 'hybrid', 'vector' or 'text', got {search_mode!r}",
+                                  field="search_mode")
+        self.memory = memory
+        self.is_async = isinstance(memory, AsyncMemory)
+        self.user_index = user_index
+        self.index_config = dict(index) if index else None
+        fields = (index or {}).get("fields")
+        self.fields: list[str] | None = [fields] if isinstance(fields, str) else (list(fields) if fields else None)
+        self.ttl_config = ttl
+        self.search_mode = search_mode
+        self._clients: dict[str, Any] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # One writing transaction at a time per store: concurrent batches of one process would otherwise deadlock
+        # each other on the same keys; batches of other processes are retried on a deadlock.
+        self._write_lock = threading.Lock()
+        self._async_write_lock: asyncio.Lock | None = None
+        if self.is_async:
+            try:  # as AsyncPostgresStore: the loop the store is made on serves sync calls from other threads
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+
+    # --- the two entry points ---------------------------------------------------------------------------------
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run LangGraph operations in order of kind as LangGraph's PostgresStore does: reads (get, search,
+        list_namespaces) first, then the puts (the last put of a key wins), grouped by user, each user's in
+        one transaction. Returns one result per op (None for puts)."""
+        if self.is_async:
+            # As LangGraph's AsyncPostgresStore: from another thread (a sync node of an async graph), the ops run
+            # on the event loop the store was used on; on that loop itself, blocking it would deadlock.
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if self._loop is None or running is self._loop or self._loop.is_closed():
+                raise asyncio.InvalidStateError("this PgmemStore wraps an AsyncMemory: use abatch and the a* "
+                                                "methods (sync calls work only from other threads)")
+            return asyncio.run_coroutine_threadsafe(self.abatch(list(ops)), self._loop).result()
+        ops = list(ops)
+        for attempt in range(RETRIES + 1):
+            try:
+                return self._drive_sync(self._plan(ops))
+            except DatabaseError as exc:
+                if exc.sqlstate not in RETRY_SQLSTATES or attempt == RETRIES:
+                    raise
+                time.sleep(random.uniform(0.01, 0.05) * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """:meth:`batch` for asyncio: native on an AsyncMemory, in a worker thread on a Memory."""
+        ops = list(ops)
+        if not self.is_async:
+            return await asyncio.to_thread(self.batch, ops)
+        self._loop = asyncio.get_running_loop()
+        for attempt in range(RETRIES + 1):
+            try:
+                return await self._drive_async(self._plan(ops))
+            except DatabaseError as exc:
+                if exc.sqlstate not in RETRY_SQLSTATES or attempt == RETRIES:
+                    raise
+                await asyncio.sleep(random.uniform(0.01, 0.05) * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    # --- LangGraph's TTL sweeper API ---------------------------------------------------------------------------
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Any:
+        """For code written for LangGraph's PostgresStore: nothing to start. Expired items are invisible at once
+        and pgmem's purge removes them (``pgmem purge`` or ``pgmem.schedule_purge()``, as a role that may purge
+        every user's rows: docs/lifecycle.md). Returns a finished future (an awaitable on an AsyncMemory)."""
+        if self.is_async:
+            async def started() -> None:
+                return None
+
+            return started()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        done.set_result(None)
+        return done
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> Any:
+        """The counterpart of :meth:`start_ttl_sweeper`: True (an awaitable of True on an AsyncMemory)."""
+        if self.is_async:
+            async def stopped() -> bool:
+                return True
+
+            return stopped()
+        return True
+
+    # --- drivers: run a plan's calls with a sync or async client -------------------------------------------------
+    # A plan is a generator of _Call requests; pgmem errors of a call are thrown back into it (it may retry).
+    def _drive_sync(self, plan) -> Any:
+        with ExitStack() as stack:
+            conn = None
+            result: Any = None
+            error: BaseException | None = None
+            while True:
+                try:
+                    call = plan.throw(error) if error is not None else plan.send(result)
+                except StopIteration as stop:
+                    return stop.value
+                result, error = None, None
+                kwargs = dict(call.kwargs)
+                if call.tx and conn is None:
+                    stack.enter_context(self._write_lock)
+                    conn = stack.enter_context(self.memory.pool.connection())
+                    stack.enter_context(conn.transaction())
+                if conn is not None:  # once the plan writes, it reads its own writes
+                    kwargs["conn"] = conn
+                try:
+                    result = getattr(call.client, call.method)(*call.args, **kwargs)
+                except PgmemError as exc:
+                    error = exc
+
+    async def _drive_async(self, plan) -> Any:
+        async with AsyncExitStack() as stack:
+            conn = None
+            result: Any = None
+            error: BaseException | None = None
+            while True:
+                try:
+                    call = plan.throw(error) if error is not None else plan.send(result)
+                except StopIteration as stop:
+                    return stop.value
+                result, error = None, None
+                kwargs = dict(call.kwargs)
+                if call.tx and conn is None:
+                    if self._async_write_lock is None:
+                        self._async_write_lock = asyncio.Lock()
+                    await stack.enter_async_context(self._async_write_lock)
+                    conn = await stack.enter_async_context(self.memory.pool.connection())
+                    await stack.enter_async_context(conn.transaction())
+                if conn is not None:  # once the plan writes, it reads its own writes
+                    kwargs["conn"] = conn
+                try:
+                    result = await getattr(call.client, call.method)(*call.args, **kwargs)
+                except PgmemError as exc:
+                    error = exc
+
+    # --- identity -----------------------------------------------------------------------------------------------
+    def _client(self, namespace: Sequence[str], write: bool):
+        """(client, user) for ``namespace`` (a plan step, though it needs no call today)."""
+        if False:  # pragma: no cover - makes this a generator
+            yield
+        m = self.memory
+        if m.user_id is not None:
+            ns_user = namespace[self.user_index] if self.user_index is not None and len(namespace) > self.user_index \
+                else None
+            if write and self.user_index is not None and ns_user != m.user_id:
+                raise IdentityError(f"this store acts for user {m.user_id!r}; namespace {tuple(namespace)!r} "
+                                    f"names {ns_user!r} at position {self.user_index}")
+            return m, m.user_id
+        if self.user_index is None:  # the login's identity (bind_role); the database refuses a login without one
+            return m, None
+        if len(namespace) <= self.user_index:
+            raise ValidationError(f"namespace {tuple(namespace)!r} names no user: this store reads the user from "
+                                  f"label {self.user_index} of the namespace", field="namespace")
+        user = namespace[self.user_index]
+        client = self._clients.get(user)
+        if client is None:
+            client = self._clients[user] = m.with_identity(user_id=user)
+        return client, user
+
+    # --- the plan: every op, as calls of the client API ----------------------------------------------------------
+    def _plan(self, ops: list[Op]):
+        results: list[Result] = [None] * len(ops)
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        later: dict[Any, tuple[Any, Any]] = {}  # memory id -> (client, record) to refresh after the reads
+        for op in ops:
+            validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                self._check_put(op)
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                results[i] = yield from self._get(op, later)
+            elif isinstance(op, SearchOp):
+                results[i] = yield from self._search(op, later)
+            elif isinstance(op, ListNamespacesOp):
+                results[i] = yield from self._list_namespaces(op)
+            elif isinstance(op, PutOp):
+                puts.pop((tuple(op.namespace), op.key), None)
+                puts[(tuple(op.namespace), op.key)] = op
+            else:
+                raise ValidationError(f"unknown store operation {type(op).__name__}", field="ops")
+        refresh: dict[int, tuple[Any, list[Any]]] = {}
+        for client, rec in later.values():
+            if (tuple(rec.metadata[NS]), rec.metadata[KEY]) not in puts:  # a put of the key sets its expiry anew
+                refresh.setdefault(id(client), (client, []))[1].append(rec)
+        for client, recs in refresh.values():
+            yield from self._refresh(client, recs)
+        if puts:
+            yield from self._put_all(list(puts.values()))
+        return results
+
+    def _check_put(self, op: PutOp) -> None:
+        if not op.namespace:
+            raise InvalidNamespaceError("Namespace cannot be empty.")
+        if op.namespace[0] == "langgraph":
+            raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
+        if not isinstance(op.key, str) or not op.key or "\x00" in op.key:
+            raise ValidationError(f"key must be a non-empty string without NUL, got {op.key!r}", field="key")
+        if op.value is not None:
+            if not isinstance(op.value, Mapping):
+                raise ValidationError(f"value must be a dict, got {type(op.value).__name__}", field="value")
+            bad = [k for k in op.value if not isinstance(k, str) or k.startswith(RESERVED)]
+            if bad:
+                raise ValidationError(f"value keys {bad!r} are reserved for the store (prefix {RESERVED!r})",
+                                      field="value")
+        if op.ttl is not None and (isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float))
+                                   or not math.isfinite(op.ttl) or op.ttl <= 0):
+            raise ValidationError(f"ttl must be a positive number of minutes, got {op.ttl!r}", field="ttl")
+
+    def _lookup(self, client: Any, pairs: Sequence[tuple[tuple[str, ...], str]], tx: bool = False):
+        """The live memories of the items ``pairs`` ((namespace, key)), as {pair: [records, newest first]}."""
+        keys = sorted({k for _, k in pairs})
+        flt: dict[str, Any] = {KEY: keys[0]} if len(keys) == 1 else {KEY: {"in": keys}}
+        sessions = {_path(ns) for ns, _ in pairs}
+        session = sessions.pop() if len(sessions) == 1 and len(_path(pairs[0][0])) <= 256 else None
+        if session is None and len({ns for ns, _ in pairs}) == 1:
+            flt[NS] = {"eq": list(pairs[0][0])}
+        wanted = set(pairs)
+        out: dict[tuple[tuple[str, ...], str], list[Any]] = {}
+        cursor = None
+        while True:
+            page = yield _call(client, "list", session_id=session, filter=flt, limit=PAGE, cursor=cursor, tx=tx)
+            for r in page.items:
+                pair = (tuple(r.metadata.get(NS, ())), r.metadata.get(KEY))
+                if pair in wanted:
+                    out.setdefault(pair, []).append(r)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        for recs in out.values():
+            recs.sort(key=lambda r: (r.updated_at, str(r.id)), reverse=True)
+        return out
+
+    def _get(self, op: GetOp, later: dict):
+        client, _ = yield from self._client(op.namespace, write=False)
+        pair = (tuple(op.namespace), op.key)
+        found = yield from self._lookup(client, [pair])
+        if pair not in found:
+            return None
+        rec = found[pair][0]
+        if op.refresh_ttl:
+            self._refresh_later(later, client, [rec])
+        return _to_item(rec)
+
+    def _search(self, op: SearchOp, later: dict):
+        client, _ = yield from self._client(op.namespace_prefix, write=False)
+        if not isinstance(op.limit, int) or isinstance(op.limit, bool) or op.limit < 1:
+            raise ValidationError(f"limit must be a positive integer, got {op.limit!r}", field="limit")
+        if not isinstance(op.offset, int) or isinstance(op.offset, bool) or op.offset < 0:
+            raise ValidationError(f"offset must be a non-negative integer, got {op.offset!r}", field="offset")
+        flt = {**translate_filter(op.filter), **_namespace_filter(op.namespace_prefix)}
+        if op.query is not None and op.query.strip():
+            flt[INDEXED] = True
+            recs = yield _call(client, "search", op.query, k=op.offset + op.limit, filter=flt, mode=self.search_mode)
+            recs = recs[op.offset:]
+            cls = SearchItem
+        else:
+            # pgmem.list pages oldest first; LangGraph orders by updated_at, newest first: read every match.
+            recs = yield from self._list_all(client, flt)
+            recs.sort(key=lambda r: (r.updated_at, str(r.id)), reverse=True)
+            recs = recs[op.offset:op.offset + op.limit]
+            cls = SearchItem
+        if op.refresh_ttl:
+            self._refresh_later(later, client, recs)
+        return [_to_item(r, cls) for r in recs]
+
+    def _list_all(self, client: Any, flt: Mapping[str, Any]):
+        out: list[Any] = []
+        cursor = None
+        while True:
+            page = yield _call(client, "list", filter=flt, limit=PAGE, cursor=cursor)
+            out += page.items
+            cursor = page.next_cursor
+            if cursor is None:
+                return out
+
+    def _list_namespaces(self, op: ListNamespacesOp):
+        conds = list(op.match_conditions or ())
+        prefix: tuple[str, ...] = ()
+        for c in conds:
+            if c.match_type == "prefix":
+                fixed = []
+                for label in c.path:
+                    if label == "*":
+                        break
+                    fixed.append(label)
+                if len(fixed) > len(prefix):
+                    prefix = tuple(fixed)
+        client, _ = yield from self._client(prefix, write=False)
+        recs = yield from self._list_all(client, _namespace_filter(prefix))
+        seen: set[tuple[str, ...]] = set()
+        for r in recs:
+            ns = tuple(r.metadata[NS])
+            if all(_matches(ns, c) for c in conds):
+                seen.add(ns[:op.max_depth] if op.max_depth is not None else ns)
+        return sorted(seen)[op.offset:op.offset + op.limit]
+
+    # --- writes ---------------------------------------------------------------------------------------------------
+    def _ttl_minutes(self, op: PutOp) -> float | None:
+        from langgraph.store.base import NOT_PROVIDED
+
+        if op.ttl is NOT_PROVIDED:
+            return (self.ttl_config or {}).get("default_ttl")
+        return op.ttl
+
+    def _item(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any], index: Any,
+              ttl: float | None) -> dict[str, Any]:
+        """The add_many item of one put."""
+        text = "" if index is False else item_text(value, self.fields if index is None else list(index))
+        path = _path(namespace)
+        meta = {**value, NS: list(namespace), PREFIXES: [_path(namespace[:i]) for i in range(1, len(namespace) + 1)],
+                KEY: key, INDEXED: bool(text)}
+        if ttl is not None:
+            meta[TTL] = ttl
+        return {"content": text or f"{path}/{key}", "metadata": meta,
+                "session_id": path if len(path) <= 256 else None, "created_at": None,
+                "expires_at": None, "ttl": ttl}
+
+    @staticmethod
+    def _own(item: dict[str, Any]) -> dict[str, Any] | None:
+        """``item`` with the last line ``[<namespace>/<key>]`` that makes its content its own (None: has it)."""
+        meta = item["metadata"]
+        suffix = f"\n[{_path(meta[NS])}/{meta[KEY]}]"
+        if item["content"].endswith(suffix):
+            return None
+        return {**item, "content": item["content"] + suffix}
+
+    def _put_all(self, ops: list[PutOp]):
+        by_user: dict[str, tuple[Any, list[PutOp]]] = {}
+        for op in ops:
+            client, user = yield from self._client(op.namespace, write=True)
+            by_user.setdefault(user, (client, []))[1].append(op)
+        for client, user_ops in by_user.values():
+            yield from self._put_user(client, user_ops)
+
+    def _put_user(self, client: Any, ops: list[PutOp]):
+        """The puts of one user, in the plan's transaction: existing items (found by namespace and key) are
+        updated in place (their id, version and history stay) or, when their expiry changes, deleted and stored
+        again with their ``created_at``; new ones are added in one add_many. An item whose text another memory of
+        the user holds gets the content line ``[<namespace>/<key>]``. Extra copies of a key (two first puts that
+        raced) are deleted."""
+        # The space first, outside the transaction: created in it and rolled back, the client's cache would hold
+        # a space that does not exist.
+        yield _call(client, "space")
+        existing = yield from self._lookup(client, [(tuple(op.namespace), op.key) for op in ops], tx=True)
+        adds: list[dict[str, Any]] = []
+        for op in ops:
+            found = existing.get((tuple(op.namespace), op.key), [])
+            for extra in found[1:]:
+                yield _call(client, "delete", extra.id, tx=True)
+            current = found[0] if found else None
+            if op.value is None:
+                if current is not None:
+                    yield _call(client, "delete", current.id, tx=True)
+                continue
+            item = self._item(tuple(op.namespace), op.key, op.value, op.index, self._ttl_minutes(op))
+            if current is not None and item["ttl"] is None and current.expires_at is None:
+                done = False
+                for candidate in (item, self._own(item)):
+                    if candidate is None:
+                        raise ValidationError(f"key {op.key!r} of {tuple(op.namespace)!r}: its text is held by "
+                                              "another memory", field="value")
+                    try:
+                        yield _call(client, "update", current.id, content=candidate["content"],
+                                    metadata=candidate["metadata"], replace_metadata=True, tx=True)
+                        done = True
+                        break
+                    except DuplicateMemory:
+                        continue
+                    except NotFound:  # deleted by a concurrent batch since the lookup: store it anew
+                        break
+                if done:
+                    continue
+                item["created_at"] = current.created_at
+                adds.append(item)
+                continue
+            if current is not None:
+                yield _call(client, "delete", current.id, tx=True)
+                item["created_at"] = current.created_at
+            adds.append(item)
+        yield from self._add(client, adds)
+
+    def _add(self, client: Any, items: list[dict[str, Any]]):
+        """add_many ``items`` in the plan's transaction. An item that met another memory's content (created False)
+        is added again with its own content line, unless that memory is the same item (a concurrent put of the
+        same key and text won): then it gets this put's value."""
+        pending = items
+        for _ in range(5):
+            if not pending:
+                return
+            # The expiry counts from the write itself (a batch may have waited for the store's write lock).
+            now = datetime.now(timezone.utc)
+            batch = [{k: v for k, v in it.items() if k != "ttl"} | (
+                {"expires_at": now + timedelta(minutes=it["ttl"])} if it.get("ttl") is not None else {})
+                for it in pending]
+            results = yield _call(client, "add_many", batch, tx=True)
+            again = []
+            for item, res in zip(pending, results):
+                if res.created:
+                    continue
+                meta = item["metadata"]
+                other = yield _call(client, "get", res.id, tx=True)
+                if other is None:  # deleted by a concurrent batch since: try again
+                    again.append(item)
+                    continue
+                if (other.metadata or {}).get(KEY) == meta[KEY] and \
+                        list((other.metadata or {}).get(NS, ())) == meta[NS]:
+                    try:
+                        yield _call(client, "update", res.id, metadata=meta, replace_metadata=True, tx=True)
+                    except NotFound:  # and deleted since by yet another batch: add it again
+                        again.append(item)
+                    continue
+                own = self._own(item)
+                if own is None:
+                    raise ValidationError(f"key {meta[KEY]!r} of {tuple(meta[NS])!r}: its text is held by memory "
+                                          f"{res.id}", field="value")
+                again.append(own)
+            pending = again
+        if pending:
+            raise DatabaseError("could not store the items: other batches kept changing the same keys",
+                                sqlstate="40001")
+
+    @staticmethod
+    def _refresh_later(later: dict, client: Any, recs: Sequence[Any]) -> None:
+        for r in recs:
+            if (r.metadata or {}).get(TTL) is not None:
+                later[r.id] = (client, r)
+
+    def _refresh(self, client: Any, recs: Sequence[Any]):
+        """Re-store the items of ``recs`` that have a TTL, so that they expire ``ttl`` minutes from now: those
+        still as read (looked up again in the transaction; an item changed or deleted since is left alone)."""
+        recs = [r for r in recs if (r.metadata or {}).get(TTL) is not None]
+        if not recs:
+            return
+        read = {r.id for r in recs}
+        now = yield from self._lookup(client, [(tuple(r.metadata[NS]), r.metadata[KEY]) for r in recs], tx=True)
+        items = []
+        for found in now.values():
+            r = found[0]
+            if r.id not in read:
+                continue
+            yield _call(client, "delete", r.id, tx=True)
+            items.append({"content": r.content, "metadata": dict(r.metadata), "session_id": r.session_id,
+                          "created_at": r.created_at, "expires_at": None, "ttl": r.metadata[TTL]})
+        yield from self._add(client, items)
+
+
+__all__ = ["PgmemStore", "item_text", "translate_filter"]
