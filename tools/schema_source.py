@@ -162,11 +162,37 @@ def function_key(text: str) -> tuple[str, int] | None:
 
 
 def signature(text: str) -> str:
-    """``pgmem.name(arg, ...)`` of a CREATE FUNCTION statement, input arguments only (names and defaults
-    kept), as ALTER/GRANT accept it."""
+    """``pgmem.name(arg, ...)`` of a CREATE FUNCTION statement as ALTER, COMMENT ON, GRANT and DROP accept
+    it: input arguments only, names kept, defaults dropped."""
     m = _CREATE_FN.match(text)
     args, _ = _args(text, m.end() - 1)
-    return f"{m.group(1)}({', '.join(_inputs(args))})"
+    plain = [re.sub(r"(?is)\s+(DEFAULT\s|=).*$", "", a) for a in _inputs(args)]
+    return f"{m.group(1)}({', '.join(plain)})"
+
+
+_PRIV = re.compile(r"(?is)^(GRANT\s+.*?\s+ON\s+FUNCTION\s+|REVOKE\s+.*?\s+ON\s+FUNCTION\s+)(.*?)(\s+(?:TO|FROM)\s+[^;]*)$")
+
+
+def privilege_statements(key: tuple[str, int], files: list[Path]) -> list[str]:
+    """The statements of ``files`` that name the function ``key`` in ALTER FUNCTION, or in a GRANT or
+    REVOKE ON FUNCTION list (cut down to that one function). Bulk statements (``ON ALL FUNCTIONS IN
+    SCHEMA``) are not included: they name no function."""
+    out = []
+    for path in files:
+        for st in split_statements(path.read_text(encoding="utf-8")):
+            text = st.text.rstrip(";").strip()
+            if _ALTER_FN.match(text) and function_key(text) == key:
+                out.append(text + ";")
+                continue
+            m = _PRIV.match(text)
+            if not m:
+                continue
+            items = _args("(" + re.sub(r"--[^\n]*", "", m.group(2)) + ")", 0)[0]
+            for item in items:
+                fm = re.match(r"(pgmem\.\w+)\s*\(", item)
+                if fm and (fm.group(1), len(_args(item, fm.end() - 1)[0])) == key:
+                    out.append(f"{' '.join(m.group(1).split())} {item} {' '.join(m.group(3).split())};")
+    return out
 
 
 @dataclass
@@ -296,3 +322,66 @@ def load_current(conn, current_dir: Path = CURRENT_DIR) -> None:
                     conn.execute(text)
                 except Exception as exc:
                     raise RuntimeError(f"{path.name}:{st.line}: {exc}") from exc
+
+
+def mismatches(sql_dir: Path = SQL_DIR, current_dir: Path | None = None) -> list[str]:
+    """Every difference between the functions the migrations leave and those of the current source, as
+    messages naming the function and where each text is (empty when they agree). Compares
+    :func:`normalise`'d texts, the migrations' with later ``ALTER FUNCTION`` volatility changes applied."""
+    released = last_definitions(migration_files(sql_dir))
+    current = current_definitions(current_dir or sql_dir / "current")
+    out = []
+    for key in sorted(set(released) | set(current)):
+        name = f"{key[0]} ({key[1]} inputs)"
+        if key not in current:
+            out.append(f"{name}: defined by {released[key].file}:{released[key].line}, missing from sql/current")
+        elif key not in released:
+            out.append(f"{name}: in sql/current ({current[key].file}:{current[key].line}) but no migration defines it")
+        elif normalise(released[key].effective_text()) != normalise(current[key].text):
+            a, b = normalise(released[key].effective_text()), normalise(current[key].text)
+            i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            out.append(f"{name}: {released[key].file}:{released[key].line} differs from "
+                       f"{current[key].file}:{current[key].line} at ...{a[max(0, i - 60):i + 60]!r}... "
+                       f"against ...{b[max(0, i - 60):i + 60]!r}...")
+    return out
+
+
+_DUMP_NOISE = re.compile(r"^(--|SET |SELECT pg_catalog\.set_config|\\restrict |\\unrestrict )")
+
+
+def normalise_dump(dump: str) -> str:
+    """A pg_dump text without what varies between runs or carries no schema: ``--`` lines, ``SET`` lines,
+    the ``\\restrict``/``\\unrestrict`` lines with random keys that pg_dump 18 writes; runs of blank lines
+    collapsed, trailing white space stripped."""
+    out: list[str] = []
+    for line in dump.splitlines():
+        line = line.rstrip()
+        if _DUMP_NOISE.match(line):
+            continue
+        if not line and (not out or not out[-1]):
+            continue
+        out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def dump_schema(dsn: str, privileges: bool = True) -> str:
+    """The normalised schema-only pg_dump of schema pgmem at ``dsn`` (yoyo's tables, in public, are not in
+    it), with owners and privileges unless ``privileges`` is false; "" when there is no schema pgmem.
+    Uses the embedded server's pg_dump (pgmem.server)."""
+    import subprocess
+
+    import psycopg
+
+    from pgmem import server
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname = 'pgmem'").fetchone()[0] == 0:
+            return ""  # pg_dump refuses a pattern that matches nothing
+    extra = [] if privileges else ["--no-owner", "--no-privileges"]
+    proc = subprocess.run([str(server.bin_dir() / "pg_dump"), "--schema-only", "--schema=pgmem", *extra, f"--dbname={dsn}"],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pg_dump failed ({proc.returncode}): {proc.stderr.strip()}")
+    return normalise_dump(proc.stdout)

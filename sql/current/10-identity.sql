@@ -1,5 +1,6 @@
--- pgmem current schema: 10-identity
-
+-- pgmem current schema, part 10: identity. Who a statement acts for: a login bound to one user
+-- (role_bindings, keyed by the role's OID), or a gateway that names the user per transaction (act_as).
+-- Row-level security everywhere compares user_id with pgmem.current_user_id().
 
 CREATE TABLE pgmem.role_bindings (
     role_name name NOT NULL,

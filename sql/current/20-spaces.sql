@@ -1,5 +1,5 @@
--- pgmem current schema: 20-spaces
-
+-- pgmem current schema, part 20: embedding spaces. A space binds a name to one model and dimension count,
+-- has its own partial HNSW index on memories (written by create_space), and its retention (set_retention).
 
 CREATE TABLE pgmem.spaces (
     space_id integer NOT NULL,

@@ -1,5 +1,6 @@
--- pgmem current schema: 30-memories
-
+-- pgmem current schema, part 30: memories and their history. The tables keyed by user_id first, their
+-- indexes, row-level security and triggers (content checks, full-text vector, the history log), the
+-- memory type the API returns, and the helpers every read uses (_expiry, _to_memory, _memory_columns).
 
 CREATE FUNCTION pgmem.content_hash(p_content text) RETURNS bytea
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -43,135 +44,151 @@ AS $$ SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::timestampt
 COMMENT ON FUNCTION pgmem._expiry(timestamptz, timestamptz, interval) IS
     'Internal: effective expiry of a memory or turn: its own expires_at, else created_at + the space''s TTL, else infinity.';
 
-CREATE SEQUENCE pgmem.memories_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
+-- ---------------------------------------------------------------------------------------------------------
+-- Memories: one row per fact, keyed by user_id (the tenant) first
+-- ---------------------------------------------------------------------------------------------------------
+-- Write order of memories: orders the turns of a session whose created_at are equal (imports).
+CREATE SEQUENCE pgmem.memories_seq AS bigint;
 COMMENT ON SEQUENCE pgmem.memories_seq IS 'Write order of memories (ties of created_at within a session).';
 
+-- A memory holds from valid_from until valid_to (NULL: still holds). Superseding closes the old memory's
+-- validity and links it to its successor; nothing is deleted. It is live until its expiry (_expiry).
 CREATE TABLE pgmem.memories (
-    user_id text NOT NULL,
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    space_id integer NOT NULL,
-    agent_id text,
-    session_id text,
-    content text NOT NULL,
-    content_hash bytea GENERATED ALWAYS AS (pgmem.content_hash(content)) STORED NOT NULL,
-    embedding @vector@.vector NOT NULL,
-    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    expires_at timestamp with time zone,
-    version integer DEFAULT 1 NOT NULL,
-    seq bigint NOT NULL,
-    fts tsvector DEFAULT ''::tsvector NOT NULL,
-    fts_len integer DEFAULT 0 NOT NULL,
-    valid_from timestamp with time zone NOT NULL,
-    valid_to timestamp with time zone,
+    user_id       text        NOT NULL,
+    id            uuid        NOT NULL DEFAULT gen_random_uuid(),
+    space_id      integer     NOT NULL,
+    agent_id      text,
+    session_id    text,
+    content       text        NOT NULL,
+    content_hash  bytea       NOT NULL GENERATED ALWAYS AS (pgmem.content_hash(content)) STORED,
+    embedding     @vector@.vector NOT NULL,
+    metadata      jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    expires_at    timestamptz,
+    version       integer     NOT NULL DEFAULT 1,
+    seq           bigint      NOT NULL DEFAULT nextval('pgmem.memories_seq'),
+    fts           tsvector    NOT NULL DEFAULT ''::tsvector,
+    fts_len       integer     NOT NULL DEFAULT 0,
+    valid_from    timestamptz NOT NULL,
+    valid_to      timestamptz,
     superseded_by uuid,
-    CONSTRAINT memories_agent_id_check CHECK ((length(agent_id) <= 256)),
-    CONSTRAINT memories_content_check CHECK (((char_length(content) >= 1) AND (char_length(content) <= 100000))),
-    CONSTRAINT memories_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
-    CONSTRAINT memories_session_id_check CHECK ((length(session_id) <= 256)),
-    CONSTRAINT memories_superseded_by_check CHECK (((superseded_by IS NULL) OR (valid_to IS NOT NULL))),
-    CONSTRAINT memories_user_id_check CHECK (((user_id <> ''::text) AND (length(user_id) <= 256))),
-    CONSTRAINT memories_validity_check CHECK (((valid_to IS NULL) OR (valid_to >= valid_from)))
+    CONSTRAINT memories_pkey PRIMARY KEY (user_id, id),
+    CONSTRAINT memories_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces (space_id),
+    CONSTRAINT memories_user_id_check CHECK (user_id <> '' AND length(user_id) <= 256),
+    CONSTRAINT memories_agent_id_check CHECK (length(agent_id) <= 256),
+    CONSTRAINT memories_session_id_check CHECK (length(session_id) <= 256),
+    CONSTRAINT memories_content_check CHECK (char_length(content) BETWEEN 1 AND 100000),
+    CONSTRAINT memories_metadata_check CHECK (jsonb_typeof(metadata) = 'object'),
+    CONSTRAINT memories_validity_check CHECK (valid_to IS NULL OR valid_to >= valid_from),
+    CONSTRAINT memories_superseded_by_check CHECK (superseded_by IS NULL OR valid_to IS NOT NULL)
 );
-ALTER TABLE ONLY pgmem.memories FORCE ROW LEVEL SECURITY;
-ALTER TABLE ONLY pgmem.memories ALTER COLUMN seq SET DEFAULT nextval('pgmem.memories_seq'::regclass);
-COMMENT ON TABLE pgmem.memories IS 'Long-term memories, one row per fact, keyed by user_id (the tenant) first. Row-level security limits every role to its own user''s rows.';
-COMMENT ON COLUMN pgmem.memories.expires_at IS 'When the memory expires (invisible at once, removed by pgmem.purge); NULL: the space''s memory_ttl after created_at, if any.';
-COMMENT ON COLUMN pgmem.memories.fts IS 'Full-text vector of content plus the day it was made (''8 May 2023'', UTC), in the space''s text search configuration; kept by trigger.';
+ALTER SEQUENCE pgmem.memories_seq OWNED BY pgmem.memories.seq;
+COMMENT ON TABLE pgmem.memories IS
+    'Long-term memories, one row per fact, keyed by user_id (the tenant) first. Row-level security limits every role to its own user''s rows.';
+COMMENT ON COLUMN pgmem.memories.expires_at IS
+    'When the memory expires (invisible at once, removed by pgmem.purge); NULL: the space''s memory_ttl after created_at, if any.';
+COMMENT ON COLUMN pgmem.memories.fts IS
+    'Full-text vector of content plus the day it was made (''8 May 2023'', UTC), in the space''s text search configuration; kept by trigger.';
 COMMENT ON COLUMN pgmem.memories.fts_len IS 'Number of tokens in fts: the document length for BM25.';
 COMMENT ON COLUMN pgmem.memories.valid_from IS 'When the fact starts to hold (valid time); default created_at.';
 COMMENT ON COLUMN pgmem.memories.valid_to IS 'When the fact stopped holding (superseded or invalidated); NULL while it holds.';
 COMMENT ON COLUMN pgmem.memories.superseded_by IS 'The memory that replaced this one (pgmem.supersede); NULL otherwise.';
-ALTER TABLE ONLY pgmem.memories
-    ADD CONSTRAINT memories_pkey PRIMARY KEY (user_id, id);
-CREATE UNIQUE INDEX memories_content_key ON pgmem.memories USING btree (user_id, space_id, content_hash) WHERE (valid_to IS NULL);
-CREATE INDEX memories_expires_at_idx ON pgmem.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL);
+
+CREATE INDEX memories_user_space_created_idx ON pgmem.memories (user_id, space_id, created_at, id);
+CREATE INDEX memories_user_agent_idx ON pgmem.memories (user_id, agent_id);
+CREATE INDEX memories_user_session_idx ON pgmem.memories (user_id, session_id, created_at, seq);
 CREATE INDEX memories_fts_idx ON pgmem.memories USING gin (fts);
-CREATE INDEX memories_user_agent_idx ON pgmem.memories USING btree (user_id, agent_id);
-CREATE INDEX memories_user_session_idx ON pgmem.memories USING btree (user_id, session_id, created_at, seq);
-CREATE INDEX memories_user_space_created_idx ON pgmem.memories USING btree (user_id, space_id, created_at, id);
-CREATE INDEX memories_user_superseded_by_idx ON pgmem.memories USING btree (user_id, superseded_by) WHERE (superseded_by IS NOT NULL);
-ALTER TABLE ONLY pgmem.memories
-    ADD CONSTRAINT memories_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id);
+-- Identical content is stored once among the memories that still hold; a superseded or invalidated
+-- memory no longer blocks the same content from being added again.
+CREATE UNIQUE INDEX memories_content_key ON pgmem.memories (user_id, space_id, content_hash) WHERE valid_to IS NULL;
+CREATE INDEX memories_user_superseded_by_idx ON pgmem.memories (user_id, superseded_by) WHERE superseded_by IS NOT NULL;
+CREATE INDEX memories_expires_at_idx ON pgmem.memories (expires_at) WHERE expires_at IS NOT NULL;
+-- Each space adds its partial HNSW index here (pgmem.create_space, 20-spaces.sql).
+
+-- Row-level security, forced on the owner too: every role sees its own user's rows only.
 ALTER TABLE pgmem.memories ENABLE ROW LEVEL SECURITY;
-CREATE POLICY memories_tenant ON pgmem.memories USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+ALTER TABLE pgmem.memories FORCE ROW LEVEL SECURITY;
+CREATE POLICY memories_tenant ON pgmem.memories
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
 
+-- ---------------------------------------------------------------------------------------------------------
+-- History: append-only, written by trigger only
+-- ---------------------------------------------------------------------------------------------------------
 CREATE TABLE pgmem.history (
-    user_id text NOT NULL,
-    event_id bigint NOT NULL,
-    memory_id uuid NOT NULL,
-    event text NOT NULL,
-    old_content text,
-    new_content text,
-    old_metadata jsonb,
-    new_metadata jsonb,
-    actor_agent_id text,
-    actor_role name DEFAULT SESSION_USER NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    related_id uuid,
-    CONSTRAINT history_event_check CHECK ((event = ANY (ARRAY['ADD'::text, 'UPDATE'::text, 'EDIT'::text, 'DELETE'::text, 'SUPERSEDE'::text, 'INVALIDATE'::text, 'EXPIRE'::text])))
+    user_id         text        NOT NULL,
+    event_id        bigint      GENERATED ALWAYS AS IDENTITY,
+    memory_id       uuid        NOT NULL,
+    event           text        NOT NULL,
+    old_content     text,
+    new_content     text,
+    old_metadata    jsonb,
+    new_metadata    jsonb,
+    actor_agent_id  text,
+    actor_role      name        NOT NULL DEFAULT session_user,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    related_id      uuid,
+    CONSTRAINT history_pkey PRIMARY KEY (user_id, event_id),
+    CONSTRAINT history_event_check
+        CHECK (event IN ('ADD', 'UPDATE', 'EDIT', 'DELETE', 'SUPERSEDE', 'INVALIDATE', 'EXPIRE'))
 );
-ALTER TABLE ONLY pgmem.history FORCE ROW LEVEL SECURITY;
-COMMENT ON TABLE pgmem.history IS 'Append-only log of every change to a memory (ADD, UPDATE, EDIT, DELETE, SUPERSEDE, INVALIDATE, EXPIRE) with old and new content and metadata, actor and time. Written only by trigger. EXPIRE is a tombstone without content: pgmem.purge removes the other events of an expired memory.';
+COMMENT ON TABLE pgmem.history IS
+    'Append-only log of every change to a memory (ADD, UPDATE, EDIT, DELETE, SUPERSEDE, INVALIDATE, EXPIRE) with old and new content and metadata, actor and time. Written only by trigger. EXPIRE is a tombstone without content: pgmem.purge removes the other events of an expired memory.';
 COMMENT ON COLUMN pgmem.history.related_id IS 'SUPERSEDE: the memory that replaced this one.';
-ALTER TABLE ONLY pgmem.history
-    ADD CONSTRAINT history_pkey PRIMARY KEY (user_id, event_id);
-CREATE INDEX history_expire_idx ON pgmem.history USING btree (user_id, memory_id) WHERE (event = 'EXPIRE'::text);
-CREATE INDEX history_user_memory_idx ON pgmem.history USING btree (user_id, memory_id, event_id);
+CREATE INDEX history_user_memory_idx ON pgmem.history (user_id, memory_id, event_id);
+-- The tombstones pgmem.purge looks for.
+CREATE INDEX history_expire_idx ON pgmem.history (user_id, memory_id) WHERE event = 'EXPIRE';
+
 ALTER TABLE pgmem.history ENABLE ROW LEVEL SECURITY;
-CREATE POLICY history_tenant ON pgmem.history USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+ALTER TABLE pgmem.history FORCE ROW LEVEL SECURITY;
+CREATE POLICY history_tenant ON pgmem.history
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
 
-ALTER TABLE pgmem.history ALTER COLUMN event_id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME pgmem.history_event_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
-);
-
+-- ---------------------------------------------------------------------------------------------------------
 -- Extra vectors of a memory, written by the client with the memory: one per sentence of a long memory
 -- ('sentence') and one of the memory with the previous memory of its session ('context'). Hybrid search
 -- scores a memory by its best sentence and by its context. Replaced whenever the content changes.
+-- ---------------------------------------------------------------------------------------------------------
 CREATE TABLE pgmem.memory_vectors (
-    user_id text NOT NULL,
-    memory_id uuid NOT NULL,
-    n smallint NOT NULL,
-    kind text NOT NULL,
-    embedding @vector@.vector NOT NULL,
-    CONSTRAINT memory_vectors_kind_check CHECK ((kind = ANY (ARRAY['sentence'::text, 'context'::text])))
+    user_id     text     NOT NULL,
+    memory_id   uuid     NOT NULL,
+    n           smallint NOT NULL,
+    kind        text     NOT NULL,
+    embedding   @vector@.vector NOT NULL,
+    CONSTRAINT memory_vectors_pkey PRIMARY KEY (user_id, memory_id, n),
+    CONSTRAINT memory_vectors_memory_fkey FOREIGN KEY (user_id, memory_id)
+        REFERENCES pgmem.memories (user_id, id) ON DELETE CASCADE,
+    CONSTRAINT memory_vectors_kind_check CHECK (kind IN ('sentence', 'context'))
 );
-ALTER TABLE ONLY pgmem.memory_vectors FORCE ROW LEVEL SECURITY;
-COMMENT ON TABLE pgmem.memory_vectors IS 'Extra embeddings of a memory (per sentence, and with its session''s previous memory as context), same space and dims as the memory; deleted with it and replaced when its content changes.';
-ALTER TABLE ONLY pgmem.memory_vectors
-    ADD CONSTRAINT memory_vectors_pkey PRIMARY KEY (user_id, memory_id, n);
-ALTER TABLE ONLY pgmem.memory_vectors
-    ADD CONSTRAINT memory_vectors_memory_fkey FOREIGN KEY (user_id, memory_id) REFERENCES pgmem.memories(user_id, id) ON DELETE CASCADE;
+COMMENT ON TABLE pgmem.memory_vectors IS
+    'Extra embeddings of a memory (per sentence, and with its session''s previous memory as context), same space and dims as the memory; deleted with it and replaced when its content changes.';
 ALTER TABLE pgmem.memory_vectors ENABLE ROW LEVEL SECURITY;
-CREATE POLICY memory_vectors_tenant ON pgmem.memory_vectors USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+ALTER TABLE pgmem.memory_vectors FORCE ROW LEVEL SECURITY;
+CREATE POLICY memory_vectors_tenant ON pgmem.memory_vectors
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
 
+-- ---------------------------------------------------------------------------------------------------------
+-- Result row type shared by get, list, search, update, edit, supersede
+-- ---------------------------------------------------------------------------------------------------------
 CREATE TYPE pgmem.memory AS (
-	id uuid,
-	user_id text,
-	space text,
-	agent_id text,
-	session_id text,
-	content text,
-	metadata jsonb,
-	created_at timestamp with time zone,
-	updated_at timestamp with time zone,
-	expires_at timestamp with time zone,
-	version integer,
-	similarity double precision,
-	valid_from timestamp with time zone,
-	valid_to timestamp with time zone,
-	superseded_by uuid
+    id            uuid,
+    user_id       text,
+    space         text,
+    agent_id      text,
+    session_id    text,
+    content       text,
+    metadata      jsonb,
+    created_at    timestamptz,
+    updated_at    timestamptz,
+    expires_at    timestamptz,
+    version       integer,
+    similarity    double precision,
+    valid_from    timestamptz,
+    valid_to      timestamptz,
+    superseded_by uuid
 );
 COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cosine, in [-1, 1]) is set by search only; expires_at is the effective expiry (own, else created_at + the space''s memory_ttl); valid_from, valid_to, superseded_by its validity.';
 
@@ -330,12 +347,14 @@ $$;
 COMMENT ON FUNCTION pgmem._memory_columns(text, text, interval) IS
     'Internal: the select list of a pgmem.memory over alias m (space name and similarity as SQL expressions), for dynamic queries.';
 
-ALTER SEQUENCE pgmem.memories_seq OWNED BY pgmem.memories.seq;
-
-CREATE TRIGGER memories_before_write BEFORE INSERT OR UPDATE ON pgmem.memories FOR EACH ROW EXECUTE FUNCTION pgmem._memories_before_write();
-
-CREATE TRIGGER memories_history AFTER INSERT OR DELETE OR UPDATE ON pgmem.memories FOR EACH ROW EXECUTE FUNCTION pgmem._memories_history();
-
-CREATE TRIGGER history_append_only BEFORE UPDATE ON pgmem.history FOR EACH ROW EXECUTE FUNCTION pgmem._history_append_only();
-
-CREATE TRIGGER memory_vectors_before_insert BEFORE INSERT ON pgmem.memory_vectors FOR EACH ROW EXECUTE FUNCTION pgmem._memory_vectors_before_insert();
+-- ---------------------------------------------------------------------------------------------------------
+-- Triggers (their functions are above)
+-- ---------------------------------------------------------------------------------------------------------
+CREATE TRIGGER memories_before_write BEFORE INSERT OR UPDATE ON pgmem.memories
+    FOR EACH ROW EXECUTE FUNCTION pgmem._memories_before_write();
+CREATE TRIGGER memories_history AFTER INSERT OR UPDATE OR DELETE ON pgmem.memories
+    FOR EACH ROW EXECUTE FUNCTION pgmem._memories_history();
+CREATE TRIGGER history_append_only BEFORE UPDATE ON pgmem.history
+    FOR EACH ROW EXECUTE FUNCTION pgmem._history_append_only();
+CREATE TRIGGER memory_vectors_before_insert BEFORE INSERT ON pgmem.memory_vectors
+    FOR EACH ROW EXECUTE FUNCTION pgmem._memory_vectors_before_insert();

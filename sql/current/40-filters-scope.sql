@@ -1,5 +1,7 @@
--- pgmem current schema: 40-filters-scope
-
+-- pgmem current schema, part 40: metadata filters and the scope of a read. _compile_filter turns a JSON
+-- filter into SQL with its keys and values in parameters; _scope_sql writes the WHERE text that list,
+-- search, search_hybrid and delete_all share. The positional parameters of every generated statement are
+-- defined here, once (below).
 
 CREATE TYPE pgmem.compiled_filter AS (
 	sql text,
@@ -126,17 +128,27 @@ $function$;
 COMMENT ON FUNCTION pgmem._compile_filter(jsonb, integer, integer, pgmem.compiled_filter, integer) IS
     'Internal: compile a metadata filter ({"key": value}, {"key": {"op": value}}, $and/$or/$not) to SQL over m.metadata; keys and values stay in parameters $keys_param (text[]) and $vals_param (jsonb[]).';
 
--- Internal: the WHERE clause shared by list, search and delete_all. Parameters: $1 user, $2 agent_id,
--- $3 session_id, $4 created_after, $5 created_before, $6 filter keys, $7 filter values, $8 content substring.
+-- Internal: pgmem._scope_sql (below) for the memories that hold now.
 CREATE OR REPLACE FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, OUT o_sql text, OUT o_filter pgmem.compiled_filter)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$ SELECT * FROM pgmem._scope_sql(p_space_id, p_filter, NULL::timestamptz) $$;
 COMMENT ON FUNCTION pgmem._scope_sql(integer, jsonb) IS 'Internal: pgmem._scope_sql for the memories that hold now.';
 
--- Internal: the WHERE clause shared by list, search, search_hybrid and delete_all. Parameters: $1 user,
--- $2 agent_id, $3 session_id, $4 created_after, $5 created_before, $6 filter keys, $7 filter values,
--- $8 content substring. The space's TTL and the as-of time are written in as literals (%L).
+-- ---------------------------------------------------------------------------------------------------------
+-- The positional parameters of the generated statements. Every statement built from a scope (list,
+-- delete_all, the exact and HNSW routes of search and search_hybrid, and the functions _build_knn
+-- generates, whose arguments come in the same order) is run with these slots:
+--    $1 user id (text)              $5 created_before (timestamptz)     $9  query embedding (vector)
+--    $2 agent_id (text)             $6 filter keys (text[])             $10 k (integer)
+--    $3 session_id (text)           $7 filter values (jsonb[])          $11 the space's name (_exact_sql),
+--    $4 created_after (timestamptz) $8 content substring (text)             or a cap on rows (_exact_ids_sql)
+--                                                                       $12 min_similarity (float8, _exact_sql)
+-- $1..$8 are the scope: the WHERE text below names them (a NULL slot matches everything); $9..$12 belong
+-- to the statement that adds to it (60-search.sql). The filter's keys and values stay in $6 and $7, never
+-- in the text. The space's TTL and the as-of time are written in as literals (%L): they select the plan.
+-- ---------------------------------------------------------------------------------------------------------
+-- Internal: the WHERE clause shared by list, search, search_hybrid and delete_all, with the slots above.
 CREATE FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, p_as_of timestamptz,
                                  OUT o_sql text, OUT o_filter pgmem.compiled_filter)
 LANGUAGE plpgsql STABLE

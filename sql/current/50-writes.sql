@@ -1,5 +1,6 @@
--- pgmem current schema: 50-writes
-
+-- pgmem current schema, part 50: writes. add and add_batch (with extra vectors and expiry of conflicting
+-- facts), update, edit (literal replace), supersede, invalidate, delete and delete_all. Every write locks
+-- the current row first (_lock_current) and sets pgmem.actor for the history trigger.
 
 CREATE FUNCTION pgmem._store_vectors(p_user text, p_memory_id uuid, p_kinds text[], p_embeddings vector[])
 RETURNS void

@@ -1,5 +1,8 @@
--- pgmem current schema: 60-search
-
+-- pgmem current schema, part 60: search. The routing cache (tenant_sizes) and the count that chooses
+-- between an exact scan and the HNSW index (_matching_rows); the statements of each route (_knn_sql,
+-- _exact_sql, _exact_ids_sql) and the functions generated from them per space (_build_knn writes _knn and
+-- _exact_ids); pgmem.search and pgmem.search_hybrid. What runs for one call of Memory.search is
+-- pgmem.search below, and the statements it names, all in this file and 40-filters-scope.sql.
 
 CREATE TABLE pgmem.tenant_sizes (
     user_id text NOT NULL,
@@ -93,8 +96,8 @@ $$;
 COMMENT ON FUNCTION pgmem._matching_rows(text, pgmem.spaces, text, pgmem.compiled_filter, integer, text, text, timestamptz, timestamptz, jsonb, timestamptz) IS
     'Internal: how many memories match a search''s scope, capped at p_threshold + 1, for routing; a large tenant''s own size comes from pgmem.tenant_sizes while fresh (pgmem.route_cache_seconds, default 60).';
 
--- The HNSW statement of a space over a scope (the WHERE text of pgmem._scope_sql, parameters $1..$8),
--- with $9 the query embedding and $10 k: the ids of the k nearest rows by the index, in no particular order.
+-- The HNSW statement of a space over a scope (slots $1..$10, defined in 40-filters-scope.sql): the ids of
+-- the k nearest rows by the index, in no particular order.
 CREATE OR REPLACE FUNCTION pgmem._knn_sql(p_space pgmem.spaces, p_scope text)
  RETURNS text
  LANGUAGE sql
@@ -111,9 +114,8 @@ $function$;
 COMMENT ON FUNCTION pgmem._knn_sql(pgmem.spaces, text) IS
     'Internal: the HNSW statement of a space over a scope (pgmem._scope_sql''s WHERE text, $1..$8; $9 query embedding, $10 k); returns the ids of the k nearest rows by the index (uuid[], unordered).';
 
--- The exact statement of a space over a scope (pgmem._scope_sql's WHERE text, parameters $1..$8), with $9 the
--- query embedding, $10 k, $11 the space's name and $12 min_similarity: the k nearest rows as pgmem.memory,
--- in exact order (cosine distance, then id).
+-- The exact statement of a space over a scope (slots $1..$12, defined in 40-filters-scope.sql): the k
+-- nearest rows as pgmem.memory, in exact order (cosine distance, then id).
 CREATE OR REPLACE FUNCTION pgmem._exact_sql(p_space pgmem.spaces, p_scope text)
  RETURNS text
  LANGUAGE sql
@@ -128,7 +130,7 @@ $function$;
 COMMENT ON FUNCTION pgmem._exact_sql(pgmem.spaces, text) IS
     'Internal: the exact-scan statement of a space over a scope (pgmem._scope_sql''s WHERE text, $1..$8; $9 query embedding, $10 k, $11 space name, $12 min_similarity); returns pgmem.memory rows in exact order.';
 
--- Over a scope ($1..$8), with $9 the query embedding, $10 k and $11 a cap: the number of matching rows (at most
+-- Over a scope (slots $1..$11, defined in 40-filters-scope.sql; $11 the cap): the number of matching rows (at most
 -- the cap) and the ids of the k nearest of them by exact cosine distance, then id (of the first cap rows only,
 -- so meaningful when fewer than the cap match).
 CREATE OR REPLACE FUNCTION pgmem._exact_ids_sql(p_scope text)

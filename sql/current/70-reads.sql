@@ -1,5 +1,5 @@
--- pgmem current schema: 70-reads
-
+-- pgmem current schema, part 70: reads. get, chain (a fact's supersession chain), list (keyset pages),
+-- stats, session_tail, history, and the psql view of the caller's live memories.
 
 CREATE VIEW pgmem.memories_view WITH (security_barrier='true') AS
  SELECT m.user_id,

@@ -1,5 +1,6 @@
--- pgmem current schema: 80-turns-context
-
+-- pgmem current schema, part 80: conversation turns (short-term memory) and context. Turns with their own
+-- time-to-live, consolidation of turns into memories (with their sources), and context(): recent turns
+-- plus recalled memories within a token budget.
 
 CREATE TABLE pgmem.turns (
     user_id text NOT NULL,

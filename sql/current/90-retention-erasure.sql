@@ -1,5 +1,5 @@
--- pgmem current schema: 90-retention-erasure
-
+-- pgmem current schema, part 90: retention, erasure and export. purge (expired memories and turns, run by
+-- a maintainer), schedule_purge (pg_cron), erase_user (every row of one user), export_user/import_user.
 
 -- Maintenance (purge, erase) reads every user's rows: it runs as a superuser or a role with BYPASSRLS.
 CREATE FUNCTION pgmem._require_maintainer(p_what text) RETURNS void
