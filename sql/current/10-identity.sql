@@ -2,23 +2,25 @@
 -- (role_bindings, keyed by the role's OID), or a gateway that names the user per transaction (act_as).
 -- Row-level security everywhere compares user_id with pgmem.current_user_id().
 
+-- Login roles bound to one user, keyed by the role's OID: a role dropped and created again under the same
+-- name is not bound (its new OID differs). The schema owner writes them (bind_role, unbind_role).
 CREATE TABLE pgmem.role_bindings (
-    role_name name NOT NULL,
-    user_id text NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    role_oid oid NOT NULL,
-    CONSTRAINT role_bindings_user_id_check CHECK (((user_id <> ''::text) AND (length(user_id) <= 256)))
+    role_name   name        NOT NULL,
+    user_id     text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    role_oid    oid         NOT NULL,
+    CONSTRAINT role_bindings_pkey PRIMARY KEY (role_oid),
+    CONSTRAINT role_bindings_user_id_check CHECK (user_id <> '' AND length(user_id) <= 256)
 );
-COMMENT ON TABLE pgmem.role_bindings IS 'Login roles bound to one pgmem user (tenant). A bound login always acts as that user, whatever it sets. Readable only by the schema owner.';
-COMMENT ON COLUMN pgmem.role_bindings.role_name IS 'The role''s name when it was bound (for people; identity is role_oid).';
+COMMENT ON TABLE pgmem.role_bindings IS
+    'Login roles bound to one pgmem user (tenant). A bound login always acts as that user, whatever it sets. Readable only by the schema owner.';
 COMMENT ON COLUMN pgmem.role_bindings.role_oid IS 'The bound role (pg_roles.oid): a role dropped and created again under the same name is not bound.';
-ALTER TABLE ONLY pgmem.role_bindings
-    ADD CONSTRAINT role_bindings_pkey PRIMARY KEY (role_oid);
+COMMENT ON COLUMN pgmem.role_bindings.role_name IS 'The role''s name when it was bound (for people; identity is role_oid).';
 
 -- The identity of this statement: the user a bound login is bound to; otherwise, for members of
 -- pgmem_gateway (superusers included), the transaction's pgmem.user_id setting; otherwise NULL (no rows).
 -- session_user, not current_user: SET ROLE cannot change it, so a bound agent cannot shed its binding.
-CREATE OR REPLACE FUNCTION pgmem.current_user_id() RETURNS text
+CREATE FUNCTION pgmem.current_user_id() RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -49,7 +51,7 @@ END
 $$;
 COMMENT ON FUNCTION pgmem._require_user() IS 'Internal: the current pgmem user, or error PGM01 when none is set.';
 
-CREATE OR REPLACE FUNCTION pgmem.act_as(p_user_id text) RETURNS text
+CREATE FUNCTION pgmem.act_as(p_user_id text) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -80,7 +82,7 @@ $$;
 COMMENT ON FUNCTION pgmem.act_as(text) IS
     'Gateway roles: act for this user until the end of the transaction. Bound logins: succeeds only for their own user. Returns the user id.';
 
-CREATE OR REPLACE FUNCTION pgmem.bind_role(p_role name, p_user_id text) RETURNS void
+CREATE FUNCTION pgmem.bind_role(p_role name, p_user_id text) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -103,7 +105,7 @@ $$;
 COMMENT ON FUNCTION pgmem.bind_role(name, text) IS
     'Schema owner only: bind a login role (by its OID) to one pgmem user. The role must also be granted pgmem_agent. A role dropped and created again under the same name must be bound again.';
 
-CREATE OR REPLACE FUNCTION pgmem.unbind_role(p_role name) RETURNS boolean
+CREATE FUNCTION pgmem.unbind_role(p_role name) RETURNS boolean
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$

@@ -1,43 +1,37 @@
 -- pgmem current schema, part 20: embedding spaces. A space binds a name to one model and dimension count,
 -- has its own partial HNSW index on memories (written by create_space), and its retention (set_retention).
 
+-- One model, one dimension count, one HNSW index each (created by pgmem.create_space), and the space's
+-- retention: memory_ttl and turn_ttl count from created_at; a row's own expires_at overrides them.
 CREATE TABLE pgmem.spaces (
-    space_id integer NOT NULL,
-    name text NOT NULL,
-    model text NOT NULL,
-    dims integer NOT NULL,
-    distance text DEFAULT 'cosine'::text NOT NULL,
-    text_config regconfig DEFAULT 'english'::regconfig NOT NULL,
-    index_kind text NOT NULL,
-    hnsw_m integer,
+    space_id        integer     GENERATED ALWAYS AS IDENTITY,
+    name            text        NOT NULL,
+    model           text        NOT NULL,
+    dims            integer     NOT NULL,
+    distance        text        NOT NULL DEFAULT 'cosine',
+    text_config     regconfig   NOT NULL DEFAULT 'english',
+    index_kind      text        NOT NULL,
+    hnsw_m          integer,
     hnsw_ef_construction integer,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    memory_ttl interval,
-    turn_ttl interval DEFAULT '7 days'::interval NOT NULL,
-    CONSTRAINT spaces_dims_check CHECK (((dims >= 1) AND (dims <= 16000))),
-    CONSTRAINT spaces_distance_check CHECK ((distance = 'cosine'::text)),
-    CONSTRAINT spaces_index_kind_check CHECK ((index_kind = ANY (ARRAY['hnsw_vector'::text, 'hnsw_halfvec'::text, 'exact'::text]))),
-    CONSTRAINT spaces_memory_ttl_check CHECK ((memory_ttl > '00:00:00'::interval)),
-    CONSTRAINT spaces_model_check CHECK (((model <> ''::text) AND (length(model) <= 200))),
-    CONSTRAINT spaces_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'::text)),
-    CONSTRAINT spaces_turn_ttl_check CHECK ((turn_ttl > '00:00:00'::interval))
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    memory_ttl      interval,
+    turn_ttl        interval    NOT NULL DEFAULT interval '7 days',
+    CONSTRAINT spaces_pkey PRIMARY KEY (space_id),
+    CONSTRAINT spaces_name_key UNIQUE (name),
+    CONSTRAINT spaces_name_check CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
+    CONSTRAINT spaces_model_check CHECK (model <> '' AND length(model) <= 200),
+    CONSTRAINT spaces_dims_check CHECK (dims BETWEEN 1 AND 16000),
+    CONSTRAINT spaces_distance_check CHECK (distance = 'cosine'),
+    CONSTRAINT spaces_index_kind_check CHECK (index_kind IN ('hnsw_vector', 'hnsw_halfvec', 'exact')),
+    CONSTRAINT spaces_memory_ttl_check CHECK (memory_ttl > interval '0'),
+    CONSTRAINT spaces_turn_ttl_check CHECK (turn_ttl > interval '0')
 );
-COMMENT ON TABLE pgmem.spaces IS 'Embedding spaces: a name bound to one embedding model and dimension count. Each has its own partial HNSW index on memories (vector up to 2000 dims, halfvec up to 4000, exact scan above).';
-COMMENT ON COLUMN pgmem.spaces.memory_ttl IS 'Default time-to-live of a memory in this space, counted from its created_at; NULL keeps memories until deleted. A memory''s own expires_at overrides it (''infinity'': never).';
-COMMENT ON COLUMN pgmem.spaces.turn_ttl IS 'Time-to-live of a conversation turn in this space, counted from its created_at (default 7 days). A turn''s own expires_at overrides it.';
-ALTER TABLE ONLY pgmem.spaces
-    ADD CONSTRAINT spaces_name_key UNIQUE (name);
-ALTER TABLE ONLY pgmem.spaces
-    ADD CONSTRAINT spaces_pkey PRIMARY KEY (space_id);
-
-ALTER TABLE pgmem.spaces ALTER COLUMN space_id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME pgmem.spaces_space_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
-);
+COMMENT ON TABLE pgmem.spaces IS
+    'Embedding spaces: a name bound to one embedding model and dimension count. Each has its own partial HNSW index on memories (vector up to 2000 dims, halfvec up to 4000, exact scan above).';
+COMMENT ON COLUMN pgmem.spaces.memory_ttl IS
+    'Default time-to-live of a memory in this space, counted from its created_at; NULL keeps memories until deleted. A memory''s own expires_at overrides it (''infinity'': never).';
+COMMENT ON COLUMN pgmem.spaces.turn_ttl IS
+    'Time-to-live of a conversation turn in this space, counted from its created_at (default 7 days). A turn''s own expires_at overrides it.';
 
 CREATE FUNCTION pgmem.space(p_name text) RETURNS pgmem.spaces
 LANGUAGE plpgsql STABLE
@@ -57,7 +51,7 @@ $$;
 COMMENT ON FUNCTION pgmem.space(text) IS 'The embedding space of that name (error PGM03 when missing).';
 
 -- Internal: the space, after checking a vector (and the caller's model, when given) against it.
-CREATE OR REPLACE FUNCTION pgmem._checked_space(p_space text, p_embedding @vector@.vector, p_model text)
+CREATE FUNCTION pgmem._checked_space(p_space text, p_embedding @vector@.vector, p_model text)
  RETURNS pgmem.spaces
  LANGUAGE plpgsql
  STABLE
@@ -85,7 +79,7 @@ $function$;
 COMMENT ON FUNCTION pgmem._checked_space(text, vector, text) IS 'Internal: look up a space and check an embedding''s dimensions, norm and model against it.';
 
 -- create_space and set_retention write pgmem._knn again (bodies of 0002 and 0003 otherwise unchanged).
-CREATE OR REPLACE FUNCTION pgmem.create_space(p_name text, p_model text, p_dims integer, p_distance text DEFAULT 'cosine'::text, p_hnsw_m integer DEFAULT 16, p_hnsw_ef_construction integer DEFAULT 64, p_text_config regconfig DEFAULT 'english'::regconfig)
+CREATE FUNCTION pgmem.create_space(p_name text, p_model text, p_dims integer, p_distance text DEFAULT 'cosine'::text, p_hnsw_m integer DEFAULT 16, p_hnsw_ef_construction integer DEFAULT 64, p_text_config regconfig DEFAULT 'english'::regconfig)
  RETURNS pgmem.spaces
  LANGUAGE plpgsql
  SET search_path = pg_catalog, pgmem, pg_temp
@@ -140,7 +134,7 @@ $function$;
 COMMENT ON FUNCTION pgmem.create_space(text, text, integer, text, integer, integer, regconfig) IS
     'Register an embedding space (name, model, dims, cosine) and build its partial HNSW index: vector up to 2000 dims, halfvec (half precision) up to 4000, exact scan only above. p_text_config is the full-text configuration of its memories (default english: stemming, English stop words). Idempotent for identical arguments; a different model or dims for an existing name is error PGM09.';
 
-CREATE OR REPLACE FUNCTION pgmem.set_retention(p_space text, p_memory_ttl interval, p_turn_ttl interval DEFAULT NULL) RETURNS pgmem.spaces
+CREATE FUNCTION pgmem.set_retention(p_space text, p_memory_ttl interval, p_turn_ttl interval DEFAULT NULL) RETURNS pgmem.spaces
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$

@@ -194,7 +194,7 @@ COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cos
 
 -- Checks every write, from the API or from plain SQL: dimension count of the space, no zero vector,
 -- identity columns fixed, a new embedding whenever content changes; keeps version and updated_at.
-CREATE OR REPLACE FUNCTION pgmem._memories_before_write()
+CREATE FUNCTION pgmem._memories_before_write()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path = pg_catalog, pgmem, pg_temp
@@ -252,7 +252,7 @@ COMMENT ON FUNCTION pgmem._memories_before_write() IS 'Trigger: validates a memo
 
 -- pgmem.event (transaction-local, set by the API functions): UPDATE, EDIT, SUPERSEDE, INVALIDATE for updates;
 -- EXPIRE for the removal of an expired memory (a tombstone without content); ERASE writes nothing at all.
-CREATE OR REPLACE FUNCTION pgmem._memories_history() RETURNS trigger
+CREATE FUNCTION pgmem._memories_history() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -300,7 +300,7 @@ END
 $$;
 COMMENT ON FUNCTION pgmem._history_append_only() IS 'Trigger: refuses any UPDATE of history rows.';
 
-CREATE OR REPLACE FUNCTION pgmem._memory_vectors_before_insert()
+CREATE FUNCTION pgmem._memory_vectors_before_insert()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path = pg_catalog, pgmem, pg_temp

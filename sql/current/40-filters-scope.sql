@@ -3,14 +3,14 @@
 -- search, search_hybrid and delete_all share. The positional parameters of every generated statement are
 -- defined here, once (below).
 
-CREATE TYPE pgmem.compiled_filter AS (
-	sql text,
-	keys text[],
-	vals jsonb[]
-);
+-- ---------------------------------------------------------------------------------------------------------
+-- Metadata filters, compiled to SQL whose only variable parts are $n[i] references: keys and values are
+-- passed as parameters (text[] and jsonb[]), never written into the SQL text.
+-- ---------------------------------------------------------------------------------------------------------
+CREATE TYPE pgmem.compiled_filter AS (sql text, keys text[], vals jsonb[]);
 COMMENT ON TYPE pgmem.compiled_filter IS 'Internal: a metadata filter compiled to SQL text plus its key and value parameters.';
 
-CREATE OR REPLACE FUNCTION pgmem._compile_filter(p_filter jsonb, p_keys_param integer, p_vals_param integer, p_acc pgmem.compiled_filter DEFAULT ROW('true'::text, '{}'::text[], '{}'::jsonb[])::pgmem.compiled_filter, p_depth integer DEFAULT 0)
+CREATE FUNCTION pgmem._compile_filter(p_filter jsonb, p_keys_param integer, p_vals_param integer, p_acc pgmem.compiled_filter DEFAULT ROW('true'::text, '{}'::text[], '{}'::jsonb[])::pgmem.compiled_filter, p_depth integer DEFAULT 0)
  RETURNS pgmem.compiled_filter
  LANGUAGE plpgsql
  IMMUTABLE
@@ -129,7 +129,7 @@ COMMENT ON FUNCTION pgmem._compile_filter(jsonb, integer, integer, pgmem.compile
     'Internal: compile a metadata filter ({"key": value}, {"key": {"op": value}}, $and/$or/$not) to SQL over m.metadata; keys and values stay in parameters $keys_param (text[]) and $vals_param (jsonb[]).';
 
 -- Internal: pgmem._scope_sql (below) for the memories that hold now.
-CREATE OR REPLACE FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, OUT o_sql text, OUT o_filter pgmem.compiled_filter)
+CREATE FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, OUT o_sql text, OUT o_filter pgmem.compiled_filter)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$ SELECT * FROM pgmem._scope_sql(p_space_id, p_filter, NULL::timestamptz) $$;

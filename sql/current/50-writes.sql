@@ -49,7 +49,7 @@ END
 $$;
 COMMENT ON FUNCTION pgmem._check_expiry(timestamptz) IS 'Internal: an explicit expiry must lie in the future.';
 
-CREATE OR REPLACE FUNCTION pgmem.add(
+CREATE FUNCTION pgmem.add(
     p_space text, p_content text, p_embedding vector,
     p_agent_id text DEFAULT NULL, p_session_id text DEFAULT NULL, p_metadata jsonb DEFAULT '{}',
     p_expires_at timestamptz DEFAULT NULL, p_model text DEFAULT NULL,
@@ -97,7 +97,7 @@ $$;
 COMMENT ON FUNCTION pgmem.add(text, text, vector, text, text, jsonb, timestamptz, text, text[], vector[]) IS
     'Add one memory for the current user, with optional extra vectors (kinds sentence, context). Identical content in the same space is not stored twice: the existing id comes back with created = false, also under concurrent writers.';
 
-CREATE OR REPLACE FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings @vector@.vector[], p_agent_ids text[] DEFAULT NULL::text[], p_session_ids text[] DEFAULT NULL::text[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_expires_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_model text DEFAULT NULL::text, p_created_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_vector_items integer[] DEFAULT NULL::integer[], p_vector_kinds text[] DEFAULT NULL::text[], p_vectors @vector@.vector[] DEFAULT NULL::@vector@.vector[], p_ids uuid[] DEFAULT NULL::uuid[], p_user_ids text[] DEFAULT NULL::text[])
+CREATE FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings @vector@.vector[], p_agent_ids text[] DEFAULT NULL::text[], p_session_ids text[] DEFAULT NULL::text[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_expires_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_model text DEFAULT NULL::text, p_created_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_vector_items integer[] DEFAULT NULL::integer[], p_vector_kinds text[] DEFAULT NULL::text[], p_vectors @vector@.vector[] DEFAULT NULL::@vector@.vector[], p_ids uuid[] DEFAULT NULL::uuid[], p_user_ids text[] DEFAULT NULL::text[])
  RETURNS TABLE(ordinal integer, id uuid, created boolean)
  LANGUAGE plpgsql
  SET search_path = pg_catalog, pgmem, pg_temp
@@ -271,7 +271,7 @@ END
 $$;
 COMMENT ON FUNCTION pgmem._lock_current(text, uuid) IS 'Internal: lock one live memory that still holds (FOR UPDATE), else PGM03 / PGM04.';
 
-CREATE OR REPLACE FUNCTION pgmem.update(
+CREATE FUNCTION pgmem.update(
     p_id uuid, p_content text DEFAULT NULL, p_embedding vector DEFAULT NULL, p_metadata jsonb DEFAULT NULL,
     p_replace_metadata boolean DEFAULT false, p_expected_version integer DEFAULT NULL,
     p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL
@@ -321,7 +321,7 @@ $$;
 COMMENT ON FUNCTION pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text, text[], vector[]) IS
     'Update a memory that still holds: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata. p_expected_version makes it optimistic (PGM04 on mismatch; also when the memory was superseded or invalidated). Returns the new row; PGM03 when not found or expired.';
 
-CREATE OR REPLACE FUNCTION pgmem.edit(
+CREATE FUNCTION pgmem.edit(
     p_id uuid, p_needle text, p_replacement text, p_embedding vector,
     p_expected_version integer DEFAULT NULL, p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL,
     p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL

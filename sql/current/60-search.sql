@@ -4,40 +4,50 @@
 -- _exact_ids); pgmem.search and pgmem.search_hybrid. What runs for one call of Memory.search is
 -- pgmem.search below, and the statements it names, all in this file and 40-filters-scope.sql.
 
+-- ---------------------------------------------------------------------------------------------------------
+-- Routing cache. Search routes each query to an exact scan (few matching rows) or the HNSW index (many), from
+-- a capped count of the matching rows. For a large tenant that count read thousands of rows on every call
+-- (6.4 of 10 ms per search of a 30,000-row tenant, bench/search.py). A tenant's own size is kept here for
+-- pgmem.route_cache_seconds (default 60): either route returns correct results, so a size a minute old costs
+-- speed at worst, never rows (the HNSW route falls back to exact when it finds fewer than k).
+-- ---------------------------------------------------------------------------------------------------------
 CREATE TABLE pgmem.tenant_sizes (
-    user_id text NOT NULL,
-    space_id integer NOT NULL,
-    rows bigint NOT NULL,
-    complete boolean NOT NULL,
-    counted_at timestamp with time zone NOT NULL
+    user_id     text        NOT NULL,
+    space_id    integer     NOT NULL,
+    rows        bigint      NOT NULL,
+    complete    boolean     NOT NULL,
+    counted_at  timestamptz NOT NULL,
+    CONSTRAINT tenant_sizes_pkey PRIMARY KEY (user_id, space_id),
+    CONSTRAINT tenant_sizes_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces (space_id)
 );
-ALTER TABLE ONLY pgmem.tenant_sizes FORCE ROW LEVEL SECURITY;
-COMMENT ON TABLE pgmem.tenant_sizes IS 'Routing cache: the users with more memories in a space than an exact scan should take (rows: at least that many; complete = false), counted by search at most every pgmem.route_cache_seconds (default 60). Smaller tenants are counted on each search instead (cheap), so that their searches stay reads.';
-ALTER TABLE ONLY pgmem.tenant_sizes
-    ADD CONSTRAINT tenant_sizes_pkey PRIMARY KEY (user_id, space_id);
-ALTER TABLE ONLY pgmem.tenant_sizes
-    ADD CONSTRAINT tenant_sizes_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id);
+COMMENT ON TABLE pgmem.tenant_sizes IS
+    'Routing cache: the users with more memories in a space than an exact scan should take (rows: at least that many; complete = false), counted by search at most every pgmem.route_cache_seconds (default 60). Smaller tenants are counted on each search instead (cheap), so that their searches stay reads.';
 ALTER TABLE pgmem.tenant_sizes ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tenant_sizes_tenant ON pgmem.tenant_sizes USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+ALTER TABLE pgmem.tenant_sizes FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_sizes_tenant ON pgmem.tenant_sizes
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
+
 
 CREATE TYPE pgmem.hybrid_hit AS (
-	id uuid,
-	user_id text,
-	space text,
-	agent_id text,
-	session_id text,
-	content text,
-	metadata jsonb,
-	created_at timestamp with time zone,
-	updated_at timestamp with time zone,
-	expires_at timestamp with time zone,
-	version integer,
-	similarity double precision,
-	score double precision,
-	text_score double precision,
-	vector_score double precision
+    id          uuid,
+    user_id     text,
+    space       text,
+    agent_id    text,
+    session_id  text,
+    content     text,
+    metadata    jsonb,
+    created_at  timestamptz,
+    updated_at  timestamptz,
+    expires_at  timestamptz,
+    version     integer,
+    similarity  double precision,
+    score       double precision,
+    text_score  double precision,
+    vector_score double precision
 );
-COMMENT ON TYPE pgmem.hybrid_hit IS 'A hybrid search result: the memory, its cosine similarity to the query, the fused score, the raw BM25 text score and the raw vector score (best sentence + context cosine, in [-2, 2]).';
+COMMENT ON TYPE pgmem.hybrid_hit IS
+    'A hybrid search result: the memory, its cosine similarity to the query, the fused score, the raw BM25 text score and the raw vector score (best sentence + context cosine, in [-2, 2]).';
 
 -- Matching rows for routing, capped at p_threshold + 1. Without filters (the tenant's whole space as it holds
 -- now) the cached size serves while fresh; with filters it serves when the tenant is small (a subset is
@@ -98,7 +108,7 @@ COMMENT ON FUNCTION pgmem._matching_rows(text, pgmem.spaces, text, pgmem.compile
 
 -- The HNSW statement of a space over a scope (slots $1..$10, defined in 40-filters-scope.sql): the ids of
 -- the k nearest rows by the index, in no particular order.
-CREATE OR REPLACE FUNCTION pgmem._knn_sql(p_space pgmem.spaces, p_scope text)
+CREATE FUNCTION pgmem._knn_sql(p_space pgmem.spaces, p_scope text)
  RETURNS text
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
@@ -116,7 +126,7 @@ COMMENT ON FUNCTION pgmem._knn_sql(pgmem.spaces, text) IS
 
 -- The exact statement of a space over a scope (slots $1..$12, defined in 40-filters-scope.sql): the k
 -- nearest rows as pgmem.memory, in exact order (cosine distance, then id).
-CREATE OR REPLACE FUNCTION pgmem._exact_sql(p_space pgmem.spaces, p_scope text)
+CREATE FUNCTION pgmem._exact_sql(p_space pgmem.spaces, p_scope text)
  RETURNS text
  LANGUAGE sql
  STABLE PARALLEL SAFE
@@ -133,7 +143,7 @@ COMMENT ON FUNCTION pgmem._exact_sql(pgmem.spaces, text) IS
 -- Over a scope (slots $1..$11, defined in 40-filters-scope.sql; $11 the cap): the number of matching rows (at most
 -- the cap) and the ids of the k nearest of them by exact cosine distance, then id (of the first cap rows only,
 -- so meaningful when fewer than the cap match).
-CREATE OR REPLACE FUNCTION pgmem._exact_ids_sql(p_scope text)
+CREATE FUNCTION pgmem._exact_ids_sql(p_scope text)
  RETURNS text
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
@@ -151,7 +161,7 @@ COMMENT ON FUNCTION pgmem._exact_ids_sql(text) IS
 -- (a custom plan would be chosen each time: the generic plan's row estimate for a LIMIT under optional
 -- filters looks worse on paper, bench/FINDINGS.md S7). enable_sort = off: the generic plan must be the
 -- index scan, never a sort of the tenant's rows.
-CREATE OR REPLACE FUNCTION pgmem._build_knn()
+CREATE FUNCTION pgmem._build_knn()
  RETURNS void
  LANGUAGE plpgsql
  SET search_path = pg_catalog, pgmem, pg_temp
@@ -218,7 +228,7 @@ $function$;
 COMMENT ON FUNCTION pgmem._build_knn() IS
     'Internal: (re)writes the generated statements of search from pgmem.spaces: pgmem._knn (HNSW route, migration 0004) and pgmem._exact_ids (exact route, migration 0006); called by create_space and set_retention, and by migrations 0004 and 0006.';
 
-CREATE OR REPLACE FUNCTION pgmem.search(p_space text, p_embedding @vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_min_similarity double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone)
+CREATE FUNCTION pgmem.search(p_space text, p_embedding @vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_min_similarity double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF pgmem.memory
  LANGUAGE plpgsql
  SET "hnsw.ef_search" TO '100'
@@ -353,7 +363,7 @@ $function$;
 COMMENT ON FUNCTION pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) IS
     'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match (for searches without a metadata filter or as-of: one generated statement, planned once per connection, that counts and finds the k nearest), else HNSW with iterative scan (ef_search max(pgmem.hnsw_ef_search, default 100, 2k); the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
 
-CREATE OR REPLACE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT 0.4, p_vector_weight double precision DEFAULT 0.6, p_speaker_weight double precision DEFAULT 0.2, p_session_weight double precision DEFAULT 0.4, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone)
+CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT 0.4, p_vector_weight double precision DEFAULT 0.6, p_speaker_weight double precision DEFAULT 0.2, p_session_weight double precision DEFAULT 0.4, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF pgmem.hybrid_hit
  LANGUAGE plpgsql
  SET "hnsw.ef_search" TO '40'

@@ -1,23 +1,20 @@
 -- pgmem current schema, part 70: reads. get, chain (a fact's supersession chain), list (keyset pages),
 -- stats, session_tail, history, and the psql view of the caller's live memories.
 
-CREATE VIEW pgmem.memories_view WITH (security_barrier='true') AS
- SELECT m.user_id,
-    m.agent_id,
-    m.session_id,
-    m.content,
-    date_trunc('second'::text, (now() - m.created_at)) AS age,
-    m.metadata,
-    s.name AS space,
-    m.id,
-    m.created_at,
-    m.version
-   FROM (pgmem.memories m
-     JOIN pgmem.spaces s USING (space_id))
-  WHERE ((m.user_id = ( SELECT pgmem.current_user_id() AS current_user_id)) AND (pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()) AND (m.valid_to IS NULL));
-COMMENT ON VIEW pgmem.memories_view IS 'For people at psql: the current user''s memories that hold now (no embeddings), newest facts included. Runs as pgmem_api under row-level security; with no user set, no rows.';
+-- For people at psql: the caller's memories that hold now, never an embedding. It runs as its owner,
+-- pgmem_api, under row-level security (owner and grant in 99-privileges.sql); security_barrier keeps a
+-- caller's functions from seeing rows before its filter. With no user set: no rows.
+CREATE VIEW pgmem.memories_view WITH (security_barrier = true) AS
+SELECT m.user_id, m.agent_id, m.session_id, m.content,
+       date_trunc('second', now() - m.created_at) AS age,
+       m.metadata, s.name AS space, m.id, m.created_at, m.version
+FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+WHERE m.user_id = (SELECT pgmem.current_user_id()) AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
+  AND m.valid_to IS NULL;
+COMMENT ON VIEW pgmem.memories_view IS
+    'For people at psql: the current user''s memories that hold now (no embeddings), newest facts included. Runs as pgmem_api under row-level security; with no user set, no rows.';
 
-CREATE OR REPLACE FUNCTION pgmem.get(p_id uuid) RETURNS SETOF pgmem.memory
+CREATE FUNCTION pgmem.get(p_id uuid) RETURNS SETOF pgmem.memory
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -98,7 +95,7 @@ $$;
 COMMENT ON FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) IS
     'The current user''s memories in a space that hold now (or at p_as_of), oldest first, with keyset pagination: pass the last row''s (created_at, id) as the cursor. Filters: agent, session, metadata, created_at range [after, before), literal content substring (p_contains: plain text, case-sensitive).';
 
-CREATE OR REPLACE FUNCTION pgmem.stats(p_space text DEFAULT NULL) RETURNS TABLE (
+CREATE FUNCTION pgmem.stats(p_space text DEFAULT NULL) RETURNS TABLE (
     space text, memories bigint, agents bigint, sessions bigint, oldest timestamptz, newest timestamptz
 )
 LANGUAGE plpgsql STABLE
@@ -122,7 +119,7 @@ END
 $$;
 COMMENT ON FUNCTION pgmem.stats(text) IS 'Per space: the current user''s live memories that hold now, distinct agents and sessions, oldest and newest created_at.';
 
-CREATE OR REPLACE FUNCTION pgmem.session_tail(p_space text, p_session_id text, p_n integer DEFAULT 1) RETURNS SETOF pgmem.memory
+CREATE FUNCTION pgmem.session_tail(p_space text, p_session_id text, p_n integer DEFAULT 1) RETURNS SETOF pgmem.memory
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$

@@ -2,72 +2,68 @@
 -- time-to-live, consolidation of turns into memories (with their sources), and context(): recent turns
 -- plus recalled memories within a token budget.
 
+-- ---------------------------------------------------------------------------------------------------------
+-- Session turns: short-term memory in PostgreSQL, same identity and RLS as memories
+-- ---------------------------------------------------------------------------------------------------------
 CREATE TABLE pgmem.turns (
-    user_id text NOT NULL,
-    turn_id bigint NOT NULL,
-    space_id integer NOT NULL,
-    session_id text NOT NULL,
-    agent_id text,
-    role text NOT NULL,
-    content text NOT NULL,
-    embedding @vector@.vector,
-    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    expires_at timestamp with time zone,
-    consolidated_at timestamp with time zone,
-    CONSTRAINT turns_agent_id_check CHECK ((length(agent_id) <= 256)),
-    CONSTRAINT turns_content_check CHECK (((char_length(content) >= 1) AND (char_length(content) <= 100000))),
-    CONSTRAINT turns_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
-    CONSTRAINT turns_role_check CHECK ((role = ANY (ARRAY['user'::text, 'assistant'::text, 'system'::text, 'tool'::text]))),
-    CONSTRAINT turns_session_id_check CHECK (((session_id <> ''::text) AND (length(session_id) <= 256))),
-    CONSTRAINT turns_user_id_check CHECK (((user_id <> ''::text) AND (length(user_id) <= 256)))
+    user_id          text        NOT NULL,
+    turn_id          bigint      GENERATED ALWAYS AS IDENTITY,
+    space_id         integer     NOT NULL,
+    session_id       text        NOT NULL,
+    agent_id         text,
+    role             text        NOT NULL,
+    content          text        NOT NULL,
+    embedding        @vector@.vector,
+    metadata         jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    expires_at       timestamptz,
+    consolidated_at  timestamptz,
+    CONSTRAINT turns_pkey PRIMARY KEY (user_id, turn_id),
+    CONSTRAINT turns_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces (space_id),
+    CONSTRAINT turns_user_id_check CHECK (user_id <> '' AND length(user_id) <= 256),
+    CONSTRAINT turns_session_id_check CHECK (session_id <> '' AND length(session_id) <= 256),
+    CONSTRAINT turns_agent_id_check CHECK (length(agent_id) <= 256),
+    CONSTRAINT turns_role_check CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+    CONSTRAINT turns_content_check CHECK (char_length(content) BETWEEN 1 AND 100000),
+    CONSTRAINT turns_metadata_check CHECK (jsonb_typeof(metadata) = 'object')
 );
-ALTER TABLE ONLY pgmem.turns FORCE ROW LEVEL SECURITY;
-COMMENT ON TABLE pgmem.turns IS 'Conversation turns per user and session (short-term memory), in write order (turn_id), with a time-to-live (own expires_at, else the space''s turn_ttl after created_at). consolidated_at: when pgmem.consolidate turned them into memories.';
-ALTER TABLE ONLY pgmem.turns
-    ADD CONSTRAINT turns_pkey PRIMARY KEY (user_id, turn_id);
-CREATE INDEX turns_created_at_idx ON pgmem.turns USING btree (created_at);
-CREATE INDEX turns_user_session_idx ON pgmem.turns USING btree (user_id, space_id, session_id, turn_id);
-ALTER TABLE ONLY pgmem.turns
-    ADD CONSTRAINT turns_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id);
+COMMENT ON TABLE pgmem.turns IS
+    'Conversation turns per user and session (short-term memory), in write order (turn_id), with a time-to-live (own expires_at, else the space''s turn_ttl after created_at). consolidated_at: when pgmem.consolidate turned them into memories.';
+CREATE INDEX turns_user_session_idx ON pgmem.turns (user_id, space_id, session_id, turn_id);
+CREATE INDEX turns_created_at_idx ON pgmem.turns (created_at);
 ALTER TABLE pgmem.turns ENABLE ROW LEVEL SECURITY;
-CREATE POLICY turns_tenant ON pgmem.turns USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
-
-ALTER TABLE pgmem.turns ALTER COLUMN turn_id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME pgmem.turns_turn_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
-);
+ALTER TABLE pgmem.turns FORCE ROW LEVEL SECURITY;
+CREATE POLICY turns_tenant ON pgmem.turns
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
 
 -- Which turns a consolidated memory came from. The link outlives the turn (turns expire sooner).
 CREATE TABLE pgmem.memory_sources (
-    user_id text NOT NULL,
-    memory_id uuid NOT NULL,
-    turn_id bigint NOT NULL
+    user_id    text   NOT NULL,
+    memory_id  uuid   NOT NULL,
+    turn_id    bigint NOT NULL,
+    CONSTRAINT memory_sources_pkey PRIMARY KEY (user_id, memory_id, turn_id),
+    CONSTRAINT memory_sources_memory_fkey FOREIGN KEY (user_id, memory_id)
+        REFERENCES pgmem.memories (user_id, id) ON DELETE CASCADE
 );
-ALTER TABLE ONLY pgmem.memory_sources FORCE ROW LEVEL SECURITY;
 COMMENT ON TABLE pgmem.memory_sources IS 'Links from a consolidated memory to the turns it was made from (turn ids stay after the turns expire).';
-ALTER TABLE ONLY pgmem.memory_sources
-    ADD CONSTRAINT memory_sources_pkey PRIMARY KEY (user_id, memory_id, turn_id);
-CREATE INDEX memory_sources_turn_idx ON pgmem.memory_sources USING btree (user_id, turn_id);
-ALTER TABLE ONLY pgmem.memory_sources
-    ADD CONSTRAINT memory_sources_memory_fkey FOREIGN KEY (user_id, memory_id) REFERENCES pgmem.memories(user_id, id) ON DELETE CASCADE;
+CREATE INDEX memory_sources_turn_idx ON pgmem.memory_sources (user_id, turn_id);
 ALTER TABLE pgmem.memory_sources ENABLE ROW LEVEL SECURITY;
-CREATE POLICY memory_sources_tenant ON pgmem.memory_sources USING ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id))) WITH CHECK ((user_id = ( SELECT pgmem.current_user_id() AS current_user_id)));
+ALTER TABLE pgmem.memory_sources FORCE ROW LEVEL SECURITY;
+CREATE POLICY memory_sources_tenant ON pgmem.memory_sources
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
 
 CREATE TYPE pgmem.turn AS (
-	turn_id bigint,
-	session_id text,
-	agent_id text,
-	role text,
-	content text,
-	metadata jsonb,
-	created_at timestamp with time zone,
-	expires_at timestamp with time zone,
-	consolidated_at timestamp with time zone
+    turn_id          bigint,
+    session_id       text,
+    agent_id         text,
+    role             text,
+    content          text,
+    metadata         jsonb,
+    created_at       timestamptz,
+    expires_at       timestamptz,
+    consolidated_at  timestamptz
 );
 COMMENT ON TYPE pgmem.turn IS 'A conversation turn as the API returns it; expires_at is the effective expiry (own, else created_at + the space''s turn_ttl).';
 

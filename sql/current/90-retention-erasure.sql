@@ -144,7 +144,7 @@ $$;
 COMMENT ON FUNCTION pgmem.export_user(boolean) IS
     'Everything pgmem holds of the current user, one JSON object per row: kind memory (all of them: expired, superseded included; with embedding and extra vectors unless p_embeddings is false, and source turn ids), kind turn, kind history. pgmem.import_user reads it back.';
 
-CREATE OR REPLACE FUNCTION pgmem.import_user(p_rows jsonb[])
+CREATE FUNCTION pgmem.import_user(p_rows jsonb[])
  RETURNS TABLE(kind text, imported bigint, skipped bigint)
  LANGUAGE plpgsql
  SET search_path = pg_catalog, pgmem, pg_temp
