@@ -149,7 +149,8 @@ def test_the_database_comparison_sees_a_changed_grant(dsn, empty_db, tmp_path):
 
 def test_sqlgen_writes_a_migration_that_equals_sql_current_and_rolls_back(dsn, empty_db, tmp_path):
     """Change three functions in a copy of sql/current (an API definer function over pgvector, a helper of the
-    generated statements, and one whose released text predates the pinned search path), generate the
+    generated statements, and one whose released text predates the pinned search path) and add an API
+    function owned by pgmem_api, generate the
     migration, and check: the text check passes, migrating equals loading sql/current, and rolling the new
     migration back equals the database before it."""
     sql_dir = copy_sources(tmp_path)
@@ -158,8 +159,19 @@ def test_sqlgen_writes_a_migration_that_equals_sql_current_and_rolls_back(dsn, e
     edit(cur / "60-search.sql", "    -- The query is normalised first", "    -- Changed by the test.\n    -- The query is normalised first")
     edit(cur / "20-spaces.sql", "        RAISE EXCEPTION 'a time-to-live must be positive'",
          "        -- changed by the test\n        RAISE EXCEPTION 'a time-to-live must be positive'")
-    assert len(src.mismatches(sql_dir)) == 3
-    assert sqlgen.main(["--sql-dir", str(sql_dir), "--name", "pgmem-test-change", "search", "pgmem._knn_sql", "set_retention"]) == 0
+    with (cur / "20-spaces.sql").open("a", encoding="utf-8") as f:  # a new API function, as a later migration adds
+        f.write("\n-- The spaces, by name.\nCREATE FUNCTION pgmem.test_spaces() RETURNS SETOF pgmem.spaces\n"
+                "LANGUAGE sql STABLE\nSET search_path = pg_catalog, pgmem, pg_temp\n"
+                "AS $$ SELECT * FROM pgmem.spaces ORDER BY name $$;\n"
+                "COMMENT ON FUNCTION pgmem.test_spaces() IS 'Every embedding space, by name.';\n")
+    edit(cur / "99-privileges.sql", "GRANT CREATE ON SCHEMA pgmem TO pgmem_api;\n",
+         "GRANT CREATE ON SCHEMA pgmem TO pgmem_api;\n"
+         "ALTER FUNCTION pgmem.test_spaces() SECURITY DEFINER;\nALTER FUNCTION pgmem.test_spaces() OWNER TO pgmem_api;\n")
+    with (cur / "99-privileges.sql").open("a", encoding="utf-8") as f:
+        f.write("\nGRANT EXECUTE ON FUNCTION pgmem.test_spaces() TO pgmem_agent;\n")
+    assert len(src.mismatches(sql_dir)) == 4
+    assert sqlgen.main(["--sql-dir", str(sql_dir), "--name", "pgmem-test-change",
+                        "search", "pgmem._knn_sql", "set_retention", "test_spaces"]) == 0
     forward = (sql_dir / "0008.pgmem-test-change.sql").read_text(encoding="utf-8")
     assert forward.splitlines()[1] == "-- depends: 0007.pgmem-api-only"
     assert "pgmem._build_knn()" in forward  # _knn_sql feeds the generated statements
@@ -168,7 +180,7 @@ def test_sqlgen_writes_a_migration_that_equals_sql_current_and_rolls_back(dsn, e
     migrated = empty_db()
     apply_migrations(migrated, sql_dir)
     new = src.dump_schema(migrated)
-    assert "changed by the test" in new and "Changed by the test." in new
+    assert "changed by the test" in new and "Changed by the test." in new and "pgmem.test_spaces()" in new
     assert_same(src.dump_schema(built_from_current(empty_db(), cur)), new, "sql/current changed")
 
     rollback_one(migrated, sql_dir)

@@ -1,7 +1,8 @@
 """Reading pgmem's SQL: the migrations under ``sql/`` and the current definitions under ``sql/current/``.
 
 Developer tooling (not part of the installed package), shared by ``tools/sqlgen.py`` and the schema-source
-tests. Everything here works on text, without a database, except :func:`load_current`.
+tests. Everything here works on text, without a database, except :func:`load_current` (builds the schema
+from sql/current) and :func:`dump_schema` (pg_dump of a database, for comparing two builds).
 
 A *function key* is ``(name, number of input arguments)``, e.g. ``("pgmem.search", 11)``: enough to tell
 apart the overloads pgmem has (``_scope_sql`` with 2 and 3 inputs) and to follow ``DROP FUNCTION``.
@@ -112,7 +113,8 @@ def names_vector(text: str) -> bool:
 
 
 def wrap(text: str) -> str:
-    """The statement to put in a migration: through pgmem._define when it names ``@vector@``."""
+    """The statement to put in a migration, ending with ``;``: through pgmem._define when it names
+    ``@vector@.`` (see :func:`names_vector`), as written otherwise."""
     text = text.strip().rstrip(";").rstrip()
     if names_vector(text):
         return DEFINE_OPEN + text + DEFINE_CLOSE
@@ -259,19 +261,6 @@ def current_definitions(current_dir: Path = CURRENT_DIR) -> dict[tuple[str, int]
                                      f"{found[key].file}:{found[key].line} and {path.name}:{st.line}")
                 found[key] = Definition(key, text, st.comment, wrapped, path.name, st.line)
     return found
-
-
-def statements_naming(name: str, files: list[Path]) -> list[str]:
-    """The statements of ``files`` (in order) other than CREATE FUNCTION that name ``name``
-    (e.g. ``pgmem.search``) as a whole word: its COMMENT ON, ALTER FUNCTION, GRANT and REVOKE."""
-    word = re.compile(r"(?<![\w.])" + re.escape(name) + r"\s*\(")
-    out = []
-    for path in files:
-        for st in split_statements(path.read_text(encoding="utf-8")):
-            text, _ = unwrap(st.text)
-            if not _CREATE_FN.match(text) and word.search(text):
-                out.append(text)
-    return out
 
 
 _SEARCH_PATH = re.compile(r"\bSET\s+search_path\s*(?:=|TO)\s*[\w\s,\"$]*?(?=\s+(?:SET|AS|LANGUAGE|SECURITY)\b|\s*$)", re.I)

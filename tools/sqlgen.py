@@ -66,6 +66,14 @@ def _comment_on(key, files: list[Path]) -> str | None:
     return found
 
 
+def _with_create(stmt: str) -> list[str]:
+    """An ``OWNER TO pgmem_api`` between granting and revoking CREATE on the schema, as 99-privileges.sql
+    does it (the new owner of a function needs CREATE on its schema)."""
+    if re.search(r"(?i)\bOWNER\s+TO\s+pgmem_api\b", stmt):
+        return ["GRANT CREATE ON SCHEMA pgmem TO pgmem_api;", stmt, "REVOKE CREATE ON SCHEMA pgmem FROM pgmem_api;"]
+    return [stmt]
+
+
 def _block(comment: str, text: str) -> str:
     return (comment.rstrip() + "\n" if comment.strip() else "") + src.wrap(text)
 
@@ -101,10 +109,13 @@ def generate(names: list[str], sql_dir: Path = src.SQL_DIR, current_dir: Path | 
             for stmt in src.privilege_statements(key, privileges):
                 # CREATE OR REPLACE keeps owner and grants but resets SECURITY DEFINER; a new function needs all.
                 if key not in released or "SECURITY DEFINER" in stmt.upper():
-                    forward.append(src.wrap(stmt))
+                    forward.extend(_with_create(src.wrap(stmt)))
             if key not in released:
-                forward.insert(len(forward) - len(src.privilege_statements(key, privileges)),
-                               src.wrap(f"REVOKE EXECUTE ON FUNCTION {src.signature(d.text)} FROM PUBLIC;"))
+                # What 99-privileges.sql does to every function in bulk: nothing for PUBLIC, EXECUTE for
+                # pgmem_api (its own lines above may revoke that again).
+                at = len(forward) - len([s for s in src.privilege_statements(key, privileges)])
+                forward[at:at] = [src.wrap(f"REVOKE EXECUTE ON FUNCTION {src.signature(d.text)} FROM PUBLIC;"),
+                                  src.wrap(f"GRANT EXECUTE ON FUNCTION {src.signature(d.text)} TO pgmem_api;")]
         for key in now:
             if key not in released:
                 rollback.append(f"DROP FUNCTION {src.signature(current[key].text).replace('@vector@.', '')};"
@@ -126,7 +137,7 @@ def generate(names: list[str], sql_dir: Path = src.SQL_DIR, current_dir: Path | 
             for stmt in src.privilege_statements(key, privileges):
                 if ("SECURITY DEFINER" in stmt.upper() and not re.search(r"(?i)SECURITY\s+DEFINER", head)) \
                         or key not in current:
-                    rollback.append(src.wrap(stmt))
+                    rollback.extend(_with_create(src.wrap(stmt)))
             comment = _comment_on(key, migrations)
             if comment:
                 rollback.append(comment)
