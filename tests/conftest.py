@@ -4,6 +4,7 @@ session by pytest-postgresql, and a fresh copy of it for every test."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,9 @@ from pytest_postgresql import factories
 
 from pgmem import Memory, migrations, server
 from pgmem.testing import HashEmbedder, test_data_dir
+
+# Developer tooling the tests use (schema_source: the SQL source reader, loader and pg_dump comparison).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 # One server per checkout (keyed by its path), shared by concurrent runs of that checkout; it keeps running
 # after the run (the next run starts in a second), and the summary says how to stop it.

@@ -1,0 +1,130 @@
+-- pgmem current schema, part 10: identity. Who a statement acts for: a login bound to one user
+-- (role_bindings, keyed by the role's OID), or a gateway that names the user per transaction (act_as).
+-- Row-level security everywhere compares user_id with pgmem.current_user_id().
+
+-- Login roles bound to one user, keyed by the role's OID: a role dropped and created again under the same
+-- name is not bound (its new OID differs). The schema owner writes them (bind_role, unbind_role).
+CREATE TABLE pgmem.role_bindings (
+    role_name   name        NOT NULL,
+    user_id     text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    role_oid    oid         NOT NULL,
+    CONSTRAINT role_bindings_pkey PRIMARY KEY (role_oid),
+    CONSTRAINT role_bindings_user_id_check CHECK (user_id <> '' AND length(user_id) <= 256)
+);
+COMMENT ON TABLE pgmem.role_bindings IS
+    'Login roles bound to one pgmem user (tenant). A bound login always acts as that user, whatever it sets. Readable only by the schema owner.';
+COMMENT ON COLUMN pgmem.role_bindings.role_oid IS 'The bound role (pg_roles.oid): a role dropped and created again under the same name is not bound.';
+COMMENT ON COLUMN pgmem.role_bindings.role_name IS 'The role''s name when it was bound (for people; identity is role_oid).';
+
+-- The identity of this statement: the user a bound login is bound to; otherwise, for members of
+-- pgmem_gateway (superusers included), the transaction's pgmem.user_id setting; otherwise NULL (no rows).
+-- session_user, not current_user: SET ROLE cannot change it, so a bound agent cannot shed its binding.
+CREATE FUNCTION pgmem.current_user_id() RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+    SELECT CASE WHEN b.found THEN b.user_id
+                WHEN pg_catalog.pg_has_role(session_user, 'pgmem_gateway', 'MEMBER')
+                THEN nullif(pg_catalog.current_setting('pgmem.user_id', true), '')
+           END
+    FROM (SELECT count(*) > 0 AS found, max(rb.user_id) AS user_id FROM pgmem.role_bindings rb
+          WHERE rb.role_oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)) b
+$$;
+COMMENT ON FUNCTION pgmem.current_user_id() IS
+    'The pgmem user (tenant) this statement acts for: the binding of a bound login role, else pgmem.user_id for gateway members, else NULL (sees no rows).';
+
+CREATE FUNCTION pgmem._require_user() RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem.current_user_id();
+BEGIN
+    IF v_user IS NULL THEN
+        RAISE EXCEPTION 'no pgmem identity: this login is not bound to a user and no user was named'
+            USING ERRCODE = 'PGM01',
+                  HINT = 'A gateway runs SELECT pgmem.act_as(''<user id>'') in the transaction; an agent login is bound with pgmem.bind_role().';
+    END IF;
+    RETURN v_user;
+END
+$$;
+COMMENT ON FUNCTION pgmem._require_user() IS 'Internal: the current pgmem user, or error PGM01 when none is set.';
+
+CREATE FUNCTION pgmem.act_as(p_user_id text) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_bound text;
+BEGIN
+    IF p_user_id IS NULL OR p_user_id = '' OR length(p_user_id) > 256 THEN
+        RAISE EXCEPTION 'user id must be a non-empty text of at most 256 characters' USING ERRCODE = 'PGM08';
+    END IF;
+    SELECT b.user_id INTO v_bound FROM pgmem.role_bindings b
+    WHERE b.role_oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user);
+    IF v_bound IS NOT NULL THEN
+        IF v_bound <> p_user_id THEN
+            RAISE EXCEPTION 'login role "%" is bound to one pgmem user and cannot act as another', session_user
+                USING ERRCODE = 'PGM01';
+        END IF;
+        RETURN v_bound;
+    END IF;
+    IF NOT pg_has_role(session_user, 'pgmem_gateway', 'MEMBER') THEN
+        RAISE EXCEPTION 'login role "%" may not name the user it acts for', session_user
+            USING ERRCODE = 'PGM01',
+                  HINT = 'Grant pgmem_gateway to a trusted service login, or bind an agent login with pgmem.bind_role().';
+    END IF;
+    PERFORM set_config('pgmem.user_id', p_user_id, true);
+    RETURN p_user_id;
+END
+$$;
+COMMENT ON FUNCTION pgmem.act_as(text) IS
+    'Gateway roles: act for this user until the end of the transaction. Bound logins: succeeds only for their own user. Returns the user id.';
+
+CREATE FUNCTION pgmem.bind_role(p_role name, p_user_id text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_oid oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role);
+BEGIN
+    IF v_oid IS NULL THEN
+        RAISE EXCEPTION 'role "%" does not exist', p_role USING ERRCODE = 'PGM03';
+    END IF;
+    IF p_user_id IS NULL OR p_user_id = '' OR length(p_user_id) > 256 THEN
+        RAISE EXCEPTION 'user id must be a non-empty text of at most 256 characters' USING ERRCODE = 'PGM08';
+    END IF;
+    -- A binding left by a dropped role of the same name goes (its OID is gone).
+    DELETE FROM pgmem.role_bindings b
+    WHERE b.role_name = p_role AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = b.role_oid);
+    INSERT INTO pgmem.role_bindings (role_oid, role_name, user_id) VALUES (v_oid, p_role, p_user_id)
+    ON CONFLICT (role_oid) DO UPDATE SET role_name = EXCLUDED.role_name, user_id = EXCLUDED.user_id, created_at = now();
+END
+$$;
+COMMENT ON FUNCTION pgmem.bind_role(name, text) IS
+    'Schema owner only: bind a login role (by its OID) to one pgmem user. The role must also be granted pgmem_agent. A role dropped and created again under the same name must be bound again.';
+
+CREATE FUNCTION pgmem.unbind_role(p_role name) RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+    WITH d AS (
+        DELETE FROM pgmem.role_bindings b
+        WHERE b.role_name = p_role OR b.role_oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role)
+        RETURNING 1)
+    SELECT count(*) > 0 FROM d
+$$;
+COMMENT ON FUNCTION pgmem.unbind_role(name) IS 'Schema owner only: remove a login role''s binding. Returns whether one existed.';
+
+CREATE FUNCTION pgmem.as_user(p_user_id text, p_value anyelement) RETURNS anyelement
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+BEGIN
+    PERFORM pgmem.act_as(p_user_id);
+    RETURN p_value;
+END
+$$;
+COMMENT ON FUNCTION pgmem.as_user(text, anyelement) IS
+    'pgmem.act_as(p_user_id), then p_value: wraps one argument of a PL/pgSQL API call so that the call acts for that user in one statement. Same checks and errors as act_as.';

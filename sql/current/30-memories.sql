@@ -1,0 +1,361 @@
+-- pgmem current schema, part 30: memories and their history. The tables keyed by user_id first, their
+-- indexes, row-level security and triggers (content checks, full-text vector, the history log), the
+-- memory type the API returns, and the helpers every read uses (_expiry, _to_memory, _memory_columns).
+
+CREATE FUNCTION pgmem.content_hash(p_content text) RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to(p_content, 'UTF8')) $$;
+COMMENT ON FUNCTION pgmem.content_hash(text) IS 'SHA-256 of the UTF-8 bytes of a memory''s content: the deduplication key per user and space.';
+
+CREATE FUNCTION pgmem.count_occurrences(p_haystack text, p_needle text) RETURNS integer
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_count integer := 0;
+    v_offset integer := 0;
+    v_pos integer;
+    v_rest text := p_haystack;
+BEGIN
+    IF p_needle = '' THEN
+        RAISE EXCEPTION 'the text to count must not be empty' USING ERRCODE = 'PGM08';
+    END IF;
+    LOOP
+        v_pos := strpos(v_rest, p_needle);
+        EXIT WHEN v_pos = 0;
+        v_count := v_count + 1;
+        v_rest := substr(v_rest, v_pos + 1);
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION pgmem.count_occurrences(text, text) IS
+    'How often p_needle occurs in p_haystack as literal, case-sensitive text, overlapping occurrences included (''aa'' in ''aaa'' is 2).';
+
+-- STABLE, not IMMUTABLE: the planner does not inline a SQL function whose body is more volatile than its
+-- declaration (timestamptz + interval is STABLE), and inlined it costs 0.6 us a row against 1.5 us called
+-- (bench/FINDINGS.md S9). No index or constraint uses it (that would need IMMUTABLE). No SET search_path
+-- either, which would also prevent inlining: its body names only pg_catalog's coalesce, timestamptz +
+-- interval and the type timestamptz, which pg_catalog, searched first, always provides.
+CREATE OR REPLACE FUNCTION pgmem._expiry(p_expires_at timestamptz, p_created_at timestamptz, p_ttl interval) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::pg_catalog.timestamptz) $$;
+COMMENT ON FUNCTION pgmem._expiry(timestamptz, timestamptz, interval) IS
+    'Internal: effective expiry of a memory or turn: its own expires_at, else created_at + the space''s TTL, else infinity.';
+
+-- ---------------------------------------------------------------------------------------------------------
+-- Memories: one row per fact, keyed by user_id (the tenant) first
+-- ---------------------------------------------------------------------------------------------------------
+-- Write order of memories: orders the turns of a session whose created_at are equal (imports).
+CREATE SEQUENCE pgmem.memories_seq AS bigint;
+COMMENT ON SEQUENCE pgmem.memories_seq IS 'Write order of memories (ties of created_at within a session).';
+
+-- A memory holds from valid_from until valid_to (NULL: still holds). Superseding closes the old memory's
+-- validity and links it to its successor; nothing is deleted. It is live until its expiry (_expiry).
+CREATE TABLE pgmem.memories (
+    user_id       text        NOT NULL,
+    id            uuid        NOT NULL DEFAULT gen_random_uuid(),
+    space_id      integer     NOT NULL,
+    agent_id      text,
+    session_id    text,
+    content       text        NOT NULL,
+    content_hash  bytea       NOT NULL GENERATED ALWAYS AS (pgmem.content_hash(content)) STORED,
+    embedding     @vector@.vector NOT NULL,
+    metadata      jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    expires_at    timestamptz,
+    version       integer     NOT NULL DEFAULT 1,
+    seq           bigint      NOT NULL DEFAULT nextval('pgmem.memories_seq'),
+    fts           tsvector    NOT NULL DEFAULT ''::tsvector,
+    fts_len       integer     NOT NULL DEFAULT 0,
+    valid_from    timestamptz NOT NULL,
+    valid_to      timestamptz,
+    superseded_by uuid,
+    CONSTRAINT memories_pkey PRIMARY KEY (user_id, id),
+    CONSTRAINT memories_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces (space_id),
+    CONSTRAINT memories_user_id_check CHECK (user_id <> '' AND length(user_id) <= 256),
+    CONSTRAINT memories_agent_id_check CHECK (length(agent_id) <= 256),
+    CONSTRAINT memories_session_id_check CHECK (length(session_id) <= 256),
+    CONSTRAINT memories_content_check CHECK (char_length(content) BETWEEN 1 AND 100000),
+    CONSTRAINT memories_metadata_check CHECK (jsonb_typeof(metadata) = 'object'),
+    CONSTRAINT memories_validity_check CHECK (valid_to IS NULL OR valid_to >= valid_from),
+    CONSTRAINT memories_superseded_by_check CHECK (superseded_by IS NULL OR valid_to IS NOT NULL)
+);
+ALTER SEQUENCE pgmem.memories_seq OWNED BY pgmem.memories.seq;
+COMMENT ON TABLE pgmem.memories IS
+    'Long-term memories, one row per fact, keyed by user_id (the tenant) first. Row-level security limits every role to its own user''s rows.';
+COMMENT ON COLUMN pgmem.memories.expires_at IS
+    'When the memory expires (invisible at once, removed by pgmem.purge); NULL: the space''s memory_ttl after created_at, if any.';
+COMMENT ON COLUMN pgmem.memories.fts IS
+    'Full-text vector of content plus the day it was made (''8 May 2023'', UTC), in the space''s text search configuration; kept by trigger.';
+COMMENT ON COLUMN pgmem.memories.fts_len IS 'Number of tokens in fts: the document length for BM25.';
+COMMENT ON COLUMN pgmem.memories.valid_from IS 'When the fact starts to hold (valid time); default created_at.';
+COMMENT ON COLUMN pgmem.memories.valid_to IS 'When the fact stopped holding (superseded or invalidated); NULL while it holds.';
+COMMENT ON COLUMN pgmem.memories.superseded_by IS 'The memory that replaced this one (pgmem.supersede); NULL otherwise.';
+
+CREATE INDEX memories_user_space_created_idx ON pgmem.memories (user_id, space_id, created_at, id);
+CREATE INDEX memories_user_agent_idx ON pgmem.memories (user_id, agent_id);
+CREATE INDEX memories_user_session_idx ON pgmem.memories (user_id, session_id, created_at, seq);
+CREATE INDEX memories_fts_idx ON pgmem.memories USING gin (fts);
+-- Identical content is stored once among the memories that still hold; a superseded or invalidated
+-- memory no longer blocks the same content from being added again.
+CREATE UNIQUE INDEX memories_content_key ON pgmem.memories (user_id, space_id, content_hash) WHERE valid_to IS NULL;
+CREATE INDEX memories_user_superseded_by_idx ON pgmem.memories (user_id, superseded_by) WHERE superseded_by IS NOT NULL;
+CREATE INDEX memories_expires_at_idx ON pgmem.memories (expires_at) WHERE expires_at IS NOT NULL;
+-- Each space adds its partial HNSW index here (pgmem.create_space, 20-spaces.sql).
+
+-- Row-level security, forced on the owner too: every role sees its own user's rows only.
+ALTER TABLE pgmem.memories ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pgmem.memories FORCE ROW LEVEL SECURITY;
+CREATE POLICY memories_tenant ON pgmem.memories
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
+
+-- ---------------------------------------------------------------------------------------------------------
+-- History: append-only, written by trigger only
+-- ---------------------------------------------------------------------------------------------------------
+CREATE TABLE pgmem.history (
+    user_id         text        NOT NULL,
+    event_id        bigint      GENERATED ALWAYS AS IDENTITY,
+    memory_id       uuid        NOT NULL,
+    event           text        NOT NULL,
+    old_content     text,
+    new_content     text,
+    old_metadata    jsonb,
+    new_metadata    jsonb,
+    actor_agent_id  text,
+    actor_role      name        NOT NULL DEFAULT session_user,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    related_id      uuid,
+    CONSTRAINT history_pkey PRIMARY KEY (user_id, event_id),
+    CONSTRAINT history_event_check
+        CHECK (event IN ('ADD', 'UPDATE', 'EDIT', 'DELETE', 'SUPERSEDE', 'INVALIDATE', 'EXPIRE'))
+);
+COMMENT ON TABLE pgmem.history IS
+    'Append-only log of every change to a memory (ADD, UPDATE, EDIT, DELETE, SUPERSEDE, INVALIDATE, EXPIRE) with old and new content and metadata, actor and time. Written only by trigger. EXPIRE is a tombstone without content: pgmem.purge removes the other events of an expired memory.';
+COMMENT ON COLUMN pgmem.history.related_id IS 'SUPERSEDE: the memory that replaced this one.';
+CREATE INDEX history_user_memory_idx ON pgmem.history (user_id, memory_id, event_id);
+-- The tombstones pgmem.purge looks for.
+CREATE INDEX history_expire_idx ON pgmem.history (user_id, memory_id) WHERE event = 'EXPIRE';
+
+ALTER TABLE pgmem.history ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pgmem.history FORCE ROW LEVEL SECURITY;
+CREATE POLICY history_tenant ON pgmem.history
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
+
+-- ---------------------------------------------------------------------------------------------------------
+-- Extra vectors of a memory, written by the client with the memory: one per sentence of a long memory
+-- ('sentence') and one of the memory with the previous memory of its session ('context'). Hybrid search
+-- scores a memory by its best sentence and by its context. Replaced whenever the content changes.
+-- ---------------------------------------------------------------------------------------------------------
+CREATE TABLE pgmem.memory_vectors (
+    user_id     text     NOT NULL,
+    memory_id   uuid     NOT NULL,
+    n           smallint NOT NULL,
+    kind        text     NOT NULL,
+    embedding   @vector@.vector NOT NULL,
+    CONSTRAINT memory_vectors_pkey PRIMARY KEY (user_id, memory_id, n),
+    CONSTRAINT memory_vectors_memory_fkey FOREIGN KEY (user_id, memory_id)
+        REFERENCES pgmem.memories (user_id, id) ON DELETE CASCADE,
+    CONSTRAINT memory_vectors_kind_check CHECK (kind IN ('sentence', 'context'))
+);
+COMMENT ON TABLE pgmem.memory_vectors IS
+    'Extra embeddings of a memory (per sentence, and with its session''s previous memory as context), same space and dims as the memory; deleted with it and replaced when its content changes.';
+ALTER TABLE pgmem.memory_vectors ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pgmem.memory_vectors FORCE ROW LEVEL SECURITY;
+CREATE POLICY memory_vectors_tenant ON pgmem.memory_vectors
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
+
+-- ---------------------------------------------------------------------------------------------------------
+-- Result row type shared by get, list, search, update, edit, supersede
+-- ---------------------------------------------------------------------------------------------------------
+CREATE TYPE pgmem.memory AS (
+    id            uuid,
+    user_id       text,
+    space         text,
+    agent_id      text,
+    session_id    text,
+    content       text,
+    metadata      jsonb,
+    created_at    timestamptz,
+    updated_at    timestamptz,
+    expires_at    timestamptz,
+    version       integer,
+    similarity    double precision,
+    valid_from    timestamptz,
+    valid_to      timestamptz,
+    superseded_by uuid
+);
+COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cosine, in [-1, 1]) is set by search only; expires_at is the effective expiry (own, else created_at + the space''s memory_ttl); valid_from, valid_to, superseded_by its validity.';
+
+-- Checks every write, from the API or from plain SQL: dimension count of the space, no zero vector,
+-- identity columns fixed, a new embedding whenever content changes; keeps version and updated_at.
+CREATE FUNCTION pgmem._memories_before_write()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path = pg_catalog, pgmem, pg_temp
+AS $function$
+DECLARE
+    v_space pgmem.spaces;
+BEGIN
+    -- Sizes first, before the full-text vector of a huge text is built (the CHECK constraints run after this).
+    IF char_length(NEW.content) > 100000 THEN
+        RAISE EXCEPTION 'content has % characters; the limit is 100000', char_length(NEW.content) USING ERRCODE = 'PGM08';
+    END IF;
+    IF (TG_OP = 'INSERT' OR NEW.metadata IS DISTINCT FROM OLD.metadata) AND octet_length(NEW.metadata::text) > 65536 THEN
+        RAISE EXCEPTION 'metadata is % bytes as JSON; the limit is 65536', octet_length(NEW.metadata::text) USING ERRCODE = 'PGM08';
+    END IF;
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.user_id <> OLD.user_id OR NEW.id <> OLD.id OR NEW.space_id <> OLD.space_id THEN
+            RAISE EXCEPTION 'a memory''s user_id, id and space cannot change' USING ERRCODE = 'PGM08';
+        END IF;
+        IF NEW.content IS DISTINCT FROM OLD.content AND NEW.embedding OPERATOR(@vector@.=) OLD.embedding THEN
+            RAISE EXCEPTION 'content of memory % changed without a new embedding', OLD.id
+                USING ERRCODE = 'PGM08', HINT = 'Pass the embedding of the new content in the same statement.';
+        END IF;
+        NEW.version := OLD.version + 1;
+        NEW.updated_at := now();
+        NEW.created_at := OLD.created_at;
+        NEW.seq := OLD.seq;
+        NEW.valid_from := coalesce(NEW.valid_from, OLD.valid_from);
+        IF NEW.content IS NOT DISTINCT FROM OLD.content THEN
+            NEW.fts := OLD.fts;
+            NEW.fts_len := OLD.fts_len;
+        END IF;
+        IF NEW.embedding OPERATOR(@vector@.=) OLD.embedding THEN
+            RETURN NEW;
+        END IF;
+    ELSE
+        NEW.valid_from := coalesce(NEW.valid_from, NEW.created_at);
+    END IF;
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = NEW.space_id;
+    IF TG_OP = 'INSERT' OR NEW.content IS DISTINCT FROM OLD.content THEN
+        NEW.fts := to_tsvector(v_space.text_config, NEW.content)
+                   || to_tsvector(v_space.text_config, to_char(NEW.created_at AT TIME ZONE 'UTC', 'FMDD FMMonth YYYY'));
+        NEW.fts_len := (SELECT coalesce(sum(coalesce(array_length(x.positions, 1), 1)), 0) FROM unnest(NEW.fts) x);
+    END IF;
+    IF @vector@.vector_dims(NEW.embedding) <> v_space.dims THEN
+        RAISE EXCEPTION 'expected % dimensions, got % (space "%", model "%")',
+            v_space.dims, @vector@.vector_dims(NEW.embedding), v_space.name, v_space.model USING ERRCODE = 'PGM02';
+    END IF;
+    IF @vector@.vector_norm(NEW.embedding) = 0 OR (NEW.embedding OPERATOR(@vector@.<=>) NEW.embedding) = 'NaN'::float8 THEN
+        RAISE EXCEPTION 'a zero vector (or one whose float4 squared norm underflows or overflows) has no cosine similarity' USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN NEW;
+END
+$function$;
+COMMENT ON FUNCTION pgmem._memories_before_write() IS 'Trigger: validates a memory row, keeps version, updated_at and the full-text vector.';
+
+-- pgmem.event (transaction-local, set by the API functions): UPDATE, EDIT, SUPERSEDE, INVALIDATE for updates;
+-- EXPIRE for the removal of an expired memory (a tombstone without content); ERASE writes nothing at all.
+CREATE OR REPLACE FUNCTION pgmem._memories_history()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
+AS $function$
+DECLARE
+    v_trusted boolean := current_user = 'pgmem_api';
+    v_actor text := CASE WHEN v_trusted THEN nullif(current_setting('pgmem.actor', true), '') END;
+    v_event text;
+    v_ttl interval;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO pgmem.history (user_id, memory_id, event, new_content, new_metadata, actor_agent_id)
+        VALUES (NEW.user_id, NEW.id, 'ADD', NEW.content, NEW.metadata, NEW.agent_id);
+    ELSIF TG_OP = 'UPDATE' THEN
+        v_event := CASE
+            WHEN NEW.superseded_by IS NOT NULL AND OLD.superseded_by IS NULL THEN 'SUPERSEDE'
+            WHEN NEW.valid_to IS NOT NULL AND OLD.valid_to IS NULL THEN 'INVALIDATE'
+            WHEN v_trusted AND current_setting('pgmem.event', true) = 'EDIT' AND NEW.content IS DISTINCT FROM OLD.content THEN 'EDIT'
+            ELSE 'UPDATE' END;
+        INSERT INTO pgmem.history (user_id, memory_id, event, old_content, new_content, old_metadata, new_metadata, actor_agent_id, related_id)
+        VALUES (NEW.user_id, NEW.id, v_event, OLD.content, NEW.content, OLD.metadata, NEW.metadata, v_actor,
+                CASE WHEN v_event = 'SUPERSEDE' THEN NEW.superseded_by END);
+    ELSE
+        SELECT s.memory_ttl INTO v_ttl FROM pgmem.spaces s WHERE s.space_id = OLD.space_id;
+        IF pgmem._expiry(OLD.expires_at, OLD.created_at, v_ttl) <= now() THEN
+            INSERT INTO pgmem.history (user_id, memory_id, event, actor_agent_id)
+            VALUES (OLD.user_id, OLD.id, 'EXPIRE', NULL);  -- expiry is no agent's act
+        ELSE
+            INSERT INTO pgmem.history (user_id, memory_id, event, old_content, old_metadata, actor_agent_id)
+            VALUES (OLD.user_id, OLD.id, 'DELETE', OLD.content, OLD.metadata, v_actor);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$function$;
+COMMENT ON FUNCTION pgmem._memories_history() IS
+    'Trigger: appends the history event of every write to memories (ADD; UPDATE, EDIT, SUPERSEDE, INVALIDATE; DELETE, or EXPIRE for a row already expired). The event is read off the row; the actor is trusted only from the API functions (running as pgmem_api). Runs as the writer.';
+
+CREATE FUNCTION pgmem._history_append_only() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'pgmem.history is append-only' USING ERRCODE = 'PGM08';
+END
+$$;
+COMMENT ON FUNCTION pgmem._history_append_only() IS 'Trigger: refuses any UPDATE of history rows.';
+
+CREATE FUNCTION pgmem._memory_vectors_before_insert()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path = pg_catalog, pgmem, pg_temp
+AS $function$
+DECLARE
+    v_dims integer;
+BEGIN
+    SELECT s.dims INTO v_dims FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    WHERE m.user_id = NEW.user_id AND m.id = NEW.memory_id;
+    IF @vector@.vector_dims(NEW.embedding) <> v_dims THEN
+        RAISE EXCEPTION 'expected % dimensions, got % (extra vector of memory %)', v_dims, @vector@.vector_dims(NEW.embedding), NEW.memory_id
+            USING ERRCODE = 'PGM02';
+    END IF;
+    IF @vector@.vector_norm(NEW.embedding) = 0 OR (NEW.embedding OPERATOR(@vector@.<=>) NEW.embedding) = 'NaN'::float8 THEN
+        RAISE EXCEPTION 'a zero vector (or one whose float4 squared norm underflows or overflows) has no cosine similarity' USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN NEW;
+END
+$function$;
+COMMENT ON FUNCTION pgmem._memory_vectors_before_insert() IS 'Trigger: an extra vector has its memory''s dimensions and a cosine similarity.';
+
+CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision, p_ttl interval)
+RETURNS pgmem.memory
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+    SELECT ROW(m.id, m.user_id, p_space, m.agent_id, m.session_id, m.content, m.metadata,
+               m.created_at, m.updated_at, nullif(pgmem._expiry(m.expires_at, m.created_at, p_ttl), 'infinity'),
+               m.version, p_similarity, m.valid_from, m.valid_to, m.superseded_by)::pgmem.memory
+$$;
+COMMENT ON FUNCTION pgmem._to_memory(pgmem.memories, text, double precision, interval) IS
+    'Internal: a memories row as the API''s pgmem.memory; p_ttl is its space''s memory_ttl (for the effective expires_at). Inlined by the planner.';
+
+-- The same columns as SQL text for the dynamic queries of search and list. Planning (pgmem._to_memory(m)).*
+-- inlines the function once per column (1.2 of 1.5 ms of planning for a 10-row search); plain columns do not.
+CREATE FUNCTION pgmem._memory_columns(p_space_ref text, p_similarity text, p_ttl interval) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+    SELECT format('m.id, m.user_id, %1$s, m.agent_id, m.session_id, m.content, m.metadata, m.created_at, m.updated_at,'
+                  ' nullif(pgmem._expiry(m.expires_at, m.created_at, %3$L::interval), ''infinity''), m.version,'
+                  ' (%2$s)::double precision, m.valid_from, m.valid_to, m.superseded_by', p_space_ref, p_similarity, p_ttl)
+$$;
+COMMENT ON FUNCTION pgmem._memory_columns(text, text, interval) IS
+    'Internal: the select list of a pgmem.memory over alias m (space name and similarity as SQL expressions), for dynamic queries.';
+
+-- ---------------------------------------------------------------------------------------------------------
+-- Triggers (their functions are above)
+-- ---------------------------------------------------------------------------------------------------------
+CREATE TRIGGER memories_before_write BEFORE INSERT OR UPDATE ON pgmem.memories
+    FOR EACH ROW EXECUTE FUNCTION pgmem._memories_before_write();
+CREATE TRIGGER memories_history AFTER INSERT OR UPDATE OR DELETE ON pgmem.memories
+    FOR EACH ROW EXECUTE FUNCTION pgmem._memories_history();
+CREATE TRIGGER history_append_only BEFORE UPDATE ON pgmem.history
+    FOR EACH ROW EXECUTE FUNCTION pgmem._history_append_only();
+CREATE TRIGGER memory_vectors_before_insert BEFORE INSERT ON pgmem.memory_vectors
+    FOR EACH ROW EXECUTE FUNCTION pgmem._memory_vectors_before_insert();

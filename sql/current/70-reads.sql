@@ -1,0 +1,162 @@
+-- pgmem current schema, part 70: reads. get, chain (a fact's supersession chain), list (keyset pages),
+-- stats, session_tail, history, and the psql view of the caller's live memories.
+
+-- For people at psql: the caller's memories that hold now, never an embedding. It runs as its owner,
+-- pgmem_api, under row-level security (owner and grant in 99-privileges.sql); security_barrier keeps a
+-- caller's functions from seeing rows before its filter. With no user set: no rows.
+CREATE VIEW pgmem.memories_view WITH (security_barrier = true) AS
+SELECT m.user_id, m.agent_id, m.session_id, m.content,
+       date_trunc('second', now() - m.created_at) AS age,
+       m.metadata, s.name AS space, m.id, m.created_at, m.version
+FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+WHERE m.user_id = (SELECT pgmem.current_user_id()) AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
+  AND m.valid_to IS NULL;
+COMMENT ON VIEW pgmem.memories_view IS
+    'For people at psql: the current user''s memories that hold now (no embeddings), newest facts included. Runs as pgmem_api under row-level security; with no user set, no rows.';
+
+CREATE FUNCTION pgmem.get(p_id uuid) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    SELECT (pgmem._to_memory(m, s.name, NULL, s.memory_ttl)).* FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    WHERE m.user_id = v_user AND m.id = p_id AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now();
+END
+$$;
+COMMENT ON FUNCTION pgmem.get(uuid) IS
+    'One memory of the current user by id, also when superseded (see valid_to, superseded_by): one row, or none when it does not exist, has expired or belongs to another user.';
+
+CREATE FUNCTION pgmem.chain(p_id uuid) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE back AS (
+        SELECT m.id, 0 AS depth FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = p_id
+        UNION
+        SELECT m.id, b.depth - 1 FROM back b JOIN pgmem.memories m ON m.user_id = v_user AND m.superseded_by = b.id
+        WHERE b.depth > -1000
+    ), fwd AS (
+        SELECT m.id, m.superseded_by, 0 AS depth FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = p_id
+        UNION
+        SELECT m.id, m.superseded_by, f.depth + 1 FROM fwd f JOIN pgmem.memories m ON m.user_id = v_user AND m.id = f.superseded_by
+        WHERE f.depth < 1000
+    ), ids AS (
+        SELECT back.id, back.depth FROM back UNION SELECT fwd.id, fwd.depth FROM fwd
+    )
+    SELECT (pgmem._to_memory(m, s.name, NULL, s.memory_ttl)).*
+    FROM ids JOIN pgmem.memories m ON m.user_id = v_user AND m.id = ids.id JOIN pgmem.spaces s ON s.space_id = m.space_id
+    WHERE pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
+    ORDER BY ids.depth, m.valid_from, m.id;
+END
+$$;
+COMMENT ON FUNCTION pgmem.chain(uuid) IS
+    'The supersede chain through memory p_id, oldest fact first: its predecessors, itself and its successors (expired ones left out). Each row''s valid_from, valid_to and superseded_by show the line.';
+
+CREATE FUNCTION pgmem.list(
+    p_space text, p_agent_id text DEFAULT NULL, p_session_id text DEFAULT NULL, p_filter jsonb DEFAULT NULL,
+    p_limit integer DEFAULT 50, p_after_created_at timestamptz DEFAULT NULL, p_after_id uuid DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL, p_contains text DEFAULT NULL,
+    p_as_of timestamptz DEFAULT NULL
+) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+    v_scope record;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 1000, got %', p_limit USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_contains = '' THEN
+        RAISE EXCEPTION 'the text to look for must not be empty' USING ERRCODE = 'PGM08';
+    END IF;
+    IF (p_after_created_at IS NULL) <> (p_after_id IS NULL) THEN
+        RAISE EXCEPTION 'a cursor needs both created_at and id' USING ERRCODE = 'PGM08';
+    END IF;
+    v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
+    RETURN QUERY EXECUTE
+        'SELECT ' || pgmem._memory_columns('$9', 'NULL', v_space.memory_ttl) || ' FROM pgmem.memories m WHERE ' || v_scope.o_sql
+        || ' AND ($10::timestamptz IS NULL OR (m.created_at, m.id) > ($10, $11))'
+        || ' ORDER BY m.created_at, m.id LIMIT $12'
+    USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+          (v_scope.o_filter).keys, (v_scope.o_filter).vals, p_contains, v_space.name,
+          p_after_created_at, p_after_id, p_limit;
+END
+$$;
+COMMENT ON FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) IS
+    'The current user''s memories in a space that hold now (or at p_as_of), oldest first, with keyset pagination: pass the last row''s (created_at, id) as the cursor. Filters: agent, session, metadata, created_at range [after, before), literal content substring (p_contains: plain text, case-sensitive).';
+
+CREATE FUNCTION pgmem.stats(p_space text DEFAULT NULL) RETURNS TABLE (
+    space text, memories bigint, agents bigint, sessions bigint, oldest timestamptz, newest timestamptz
+)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    IF p_space IS NOT NULL THEN
+        PERFORM pgmem.space(p_space);
+    END IF;
+    RETURN QUERY
+    SELECT s.name, count(m.id), count(DISTINCT m.agent_id), count(DISTINCT m.session_id), min(m.created_at), max(m.created_at)
+    FROM pgmem.spaces s
+    LEFT JOIN pgmem.memories m
+      ON m.space_id = s.space_id AND m.user_id = v_user AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
+         AND m.valid_to IS NULL
+    WHERE p_space IS NULL OR s.name = p_space
+    GROUP BY s.name ORDER BY s.name;
+END
+$$;
+COMMENT ON FUNCTION pgmem.stats(text) IS 'Per space: the current user''s live memories that hold now, distinct agents and sessions, oldest and newest created_at.';
+
+CREATE FUNCTION pgmem.session_tail(p_space text, p_session_id text, p_n integer DEFAULT 1) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+BEGIN
+    IF p_n IS NULL OR p_n < 1 OR p_n > 100 THEN
+        RAISE EXCEPTION 'n must be between 1 and 100, got %', p_n USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN QUERY
+    SELECT (t.r).* FROM (
+        SELECT pgmem._to_memory(m, v_space.name, NULL, v_space.memory_ttl) AS r, m.created_at AS c, m.seq AS q FROM pgmem.memories m
+        WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.session_id = p_session_id
+          AND pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now()
+        ORDER BY m.created_at DESC, m.seq DESC LIMIT p_n
+    ) t ORDER BY t.c, t.q;
+END
+$$;
+COMMENT ON FUNCTION pgmem.session_tail(text, text, integer) IS
+    'The last n (1..100) memories of one session of the current user, in write order (created_at, then write sequence): the context a new memory of that session follows.';
+
+CREATE FUNCTION pgmem.history(p_id uuid) RETURNS TABLE (
+    event_id bigint, memory_id uuid, event text, old_content text, new_content text,
+    old_metadata jsonb, new_metadata jsonb, actor_agent_id text, actor_role name, created_at timestamptz, related_id uuid
+)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    SELECT h.event_id, h.memory_id, h.event, h.old_content, h.new_content, h.old_metadata, h.new_metadata,
+           h.actor_agent_id, h.actor_role, h.created_at, h.related_id
+    FROM pgmem.history h WHERE h.user_id = v_user AND h.memory_id = p_id ORDER BY h.event_id;
+END
+$$;
+COMMENT ON FUNCTION pgmem.history(uuid) IS
+    'Every event of one memory of the current user, oldest first (also after the memory was deleted; after expiry only the EXPIRE tombstone). related_id: the successor of a SUPERSEDE.';

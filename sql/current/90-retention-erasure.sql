@@ -1,0 +1,227 @@
+-- pgmem current schema, part 90: retention, erasure and export. purge (expired memories and turns, run by
+-- a maintainer), schedule_purge (pg_cron), erase_user (every row of one user), export_user/import_user.
+
+-- Maintenance (purge, erase) reads every user's rows: it runs as a superuser or a role with BYPASSRLS.
+CREATE FUNCTION pgmem._require_maintainer(p_what text) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = current_user AND (r.rolsuper OR r.rolbypassrls)) THEN
+        RAISE EXCEPTION 'role "%" may not %: it needs to see every user''s rows', current_user, p_what
+            USING ERRCODE = 'PGM01',
+                  HINT = 'Run it as a superuser or a role with BYPASSRLS (the role that runs pg_dump), e.g. the schema owner: ALTER ROLE <owner> BYPASSRLS;';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION pgmem._require_maintainer(text) IS 'Internal: error PGM01 unless the current role is a superuser or has BYPASSRLS.';
+
+CREATE FUNCTION pgmem.purge(p_limit integer DEFAULT 10000) RETURNS TABLE (memories bigint, turns bigint, history bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+BEGIN
+    PERFORM pgmem._require_maintainer('purge expired rows');
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'limit must be at least 1, got %', p_limit USING ERRCODE = 'PGM08';
+    END IF;
+    PERFORM set_config('pgmem.event', 'EXPIRE', true);
+    WITH x AS (
+        SELECT m.user_id, m.id FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+        WHERE pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) <= now()
+        LIMIT p_limit FOR UPDATE OF m SKIP LOCKED
+    ), d AS (
+        DELETE FROM pgmem.memories m USING x WHERE m.user_id = x.user_id AND m.id = x.id RETURNING 1
+    )
+    SELECT count(*) INTO memories FROM d;
+    PERFORM set_config('pgmem.event', '', true);
+    -- An expired memory keeps only its tombstone: the content in its earlier events goes too.
+    WITH d AS (
+        DELETE FROM pgmem.history h USING pgmem.history t
+        WHERE t.event = 'EXPIRE' AND h.user_id = t.user_id AND h.memory_id = t.memory_id AND h.event <> 'EXPIRE'
+        RETURNING 1
+    )
+    SELECT count(*) INTO history FROM d;
+    WITH x AS (
+        SELECT t.user_id, t.turn_id FROM pgmem.turns t JOIN pgmem.spaces s USING (space_id)
+        WHERE pgmem._expiry(t.expires_at, t.created_at, s.turn_ttl) <= now()
+        LIMIT p_limit FOR UPDATE OF t SKIP LOCKED
+    ), d AS (
+        DELETE FROM pgmem.turns t USING x WHERE t.user_id = x.user_id AND t.turn_id = x.turn_id RETURNING 1
+    )
+    SELECT count(*) INTO turns FROM d;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION pgmem.purge(integer) IS
+    'Physically remove expired memories (leaving an EXPIRE tombstone in history and removing their other history events, content included) and expired turns, at most p_limit of each per call; returns the counts. Expired rows are already invisible; this frees them. Run it from a scheduler (pgmem.schedule_purge with pg_cron, or `pgmem purge`), as a superuser or a BYPASSRLS role.';
+
+CREATE FUNCTION pgmem.schedule_purge(p_schedule text DEFAULT '*/10 * * * *') RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_job bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_cron') THEN
+        RAISE EXCEPTION 'pg_cron is not installed in this database' USING ERRCODE = 'PGM00',
+            HINT = 'Install pg_cron (CREATE EXTENSION pg_cron), or run `pgmem purge` from cron, a systemd timer or a Kubernetes CronJob.';
+    END IF;
+    EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO v_job
+    USING 'pgmem-purge', p_schedule, 'SELECT * FROM pgmem.purge()';
+    RETURN v_job;
+END
+$$;
+COMMENT ON FUNCTION pgmem.schedule_purge(text) IS
+    'With pg_cron: schedule SELECT * FROM pgmem.purge() as job ''pgmem-purge'' (cron syntax, default every 10 minutes), as the calling role; returns the job id. Without pg_cron: error PGM00.';
+
+CREATE FUNCTION pgmem.erase_user(p_user_id text) RETURNS TABLE (table_name text, rows bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_table name;
+BEGIN
+    PERFORM pgmem._require_maintainer('erase a user');
+    IF p_user_id IS NULL OR p_user_id = '' THEN
+        RAISE EXCEPTION 'name the user to erase' USING ERRCODE = 'PGM08';
+    END IF;
+    -- No history is written for the erased rows (ERASE), and every table of the schema with a user_id
+    -- column is covered, tables added by later migrations included: children first, then memories.
+    PERFORM set_config('pgmem.event', 'ERASE', true);
+    FOR v_table IN
+        SELECT c.relname FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = 'user_id' AND NOT a.attisdropped
+        WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p')
+        ORDER BY CASE c.relname WHEN 'memory_vectors' THEN 0 WHEN 'memory_sources' THEN 0 WHEN 'memories' THEN 1 ELSE 2 END, c.relname
+    LOOP
+        EXECUTE format('DELETE FROM pgmem.%I WHERE user_id = $1', v_table) USING p_user_id;
+        table_name := v_table;
+        GET DIAGNOSTICS rows = ROW_COUNT;
+        RETURN NEXT;
+    END LOOP;
+    PERFORM set_config('pgmem.event', '', true);
+END
+$$;
+COMMENT ON FUNCTION pgmem.erase_user(text) IS
+    'Right to erasure: delete every row of one user from every pgmem table (memories, extra vectors, turns, sources, history, role bindings) in one transaction, writing no history; returns rows deleted per table. Other users are untouched. Superuser or BYPASSRLS only. Dead row versions stay on disk until VACUUM; backups keep them until rotated (docs/lifecycle.md).';
+
+CREATE FUNCTION pgmem.export_user(p_embeddings boolean DEFAULT true) RETURNS SETOF jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+BEGIN
+    RETURN QUERY
+    SELECT jsonb_build_object('kind', 'memory', 'id', m.id, 'user_id', m.user_id, 'space', s.name, 'agent_id', m.agent_id,
+               'session_id', m.session_id, 'content', m.content, 'metadata', m.metadata, 'created_at', m.created_at,
+               'updated_at', m.updated_at, 'expires_at', m.expires_at, 'version', m.version, 'valid_from', m.valid_from,
+               'valid_to', m.valid_to, 'superseded_by', m.superseded_by,
+               'embedding', CASE WHEN p_embeddings THEN m.embedding::text::jsonb END,
+               'vectors', CASE WHEN p_embeddings THEN (SELECT coalesce(jsonb_agg(jsonb_build_object('kind', v.kind, 'embedding', v.embedding::text::jsonb) ORDER BY v.n), '[]')
+                                                       FROM pgmem.memory_vectors v WHERE v.user_id = v_user AND v.memory_id = m.id) END,
+               'sources', (SELECT coalesce(jsonb_agg(ms.turn_id ORDER BY ms.turn_id), '[]') FROM pgmem.memory_sources ms
+                           WHERE ms.user_id = v_user AND ms.memory_id = m.id))
+    FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    WHERE m.user_id = v_user ORDER BY m.seq;
+    RETURN QUERY
+    SELECT jsonb_build_object('kind', 'turn', 'turn_id', t.turn_id, 'user_id', t.user_id, 'space', s.name, 'session_id', t.session_id,
+               'agent_id', t.agent_id, 'role', t.role, 'content', t.content, 'metadata', t.metadata, 'created_at', t.created_at,
+               'expires_at', t.expires_at, 'consolidated_at', t.consolidated_at,
+               'embedding', CASE WHEN p_embeddings THEN t.embedding::text::jsonb END)
+    FROM pgmem.turns t JOIN pgmem.spaces s USING (space_id)
+    WHERE t.user_id = v_user ORDER BY t.turn_id;
+    RETURN QUERY
+    SELECT jsonb_build_object('kind', 'history', 'event_id', h.event_id, 'user_id', h.user_id, 'memory_id', h.memory_id, 'event', h.event,
+               'old_content', h.old_content, 'new_content', h.new_content, 'old_metadata', h.old_metadata,
+               'new_metadata', h.new_metadata, 'actor_agent_id', h.actor_agent_id, 'actor_role', h.actor_role,
+               'created_at', h.created_at, 'related_id', h.related_id)
+    FROM pgmem.history h WHERE h.user_id = v_user ORDER BY h.event_id;
+END
+$$;
+COMMENT ON FUNCTION pgmem.export_user(boolean) IS
+    'Everything pgmem holds of the current user, one JSON object per row: kind memory (all of them: expired, superseded included; with embedding and extra vectors unless p_embeddings is false, and source turn ids), kind turn, kind history. pgmem.import_user reads it back.';
+
+DO $pgmem$ BEGIN PERFORM pgmem._define($def$
+CREATE OR REPLACE FUNCTION pgmem.import_user(p_rows jsonb[])
+ RETURNS TABLE(kind text, imported bigint, skipped bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
+AS $function$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_row jsonb;
+    v_space pgmem.spaces;
+    v_new bigint;
+    v_id uuid;
+    v_map jsonb := '{}';
+    v_mem_in bigint := 0; v_mem_skip bigint := 0;
+    v_turn_in bigint := 0;
+    v_turn_skip bigint := 0;
+    v_hist_skip bigint := 0;
+    v_k text;
+BEGIN
+    -- Turns first (they get new ids; sources are mapped to them), then memories in their export order. A turn
+    -- already present (same space, session, role, content and time) is not added again: its id is reused.
+    FOR v_row IN SELECT r FROM unnest(p_rows) r WHERE r ->> 'kind' = 'turn' ORDER BY (r ->> 'turn_id')::bigint LOOP
+        v_space := pgmem._checked_space(v_row ->> 'space', (v_row ->> 'embedding')::@vector@.vector, NULL);
+        SELECT t.turn_id INTO v_new FROM pgmem.turns t
+        WHERE t.user_id = v_user AND t.space_id = v_space.space_id AND t.session_id = v_row ->> 'session_id'
+          AND t.role = v_row ->> 'role' AND t.content = v_row ->> 'content'
+          AND t.created_at = (v_row ->> 'created_at')::timestamptz
+        LIMIT 1;
+        IF FOUND THEN
+            v_map := v_map || jsonb_build_object(v_row ->> 'turn_id', v_new);
+            v_turn_skip := v_turn_skip + 1;
+            CONTINUE;
+        END IF;
+        INSERT INTO pgmem.turns (user_id, space_id, session_id, agent_id, role, content, embedding, metadata, created_at, expires_at, consolidated_at)
+        VALUES (v_user, v_space.space_id, v_row ->> 'session_id', v_row ->> 'agent_id', v_row ->> 'role', v_row ->> 'content',
+                (v_row ->> 'embedding')::@vector@.vector, coalesce(v_row -> 'metadata', '{}'), (v_row ->> 'created_at')::timestamptz,
+                (v_row ->> 'expires_at')::timestamptz, (v_row ->> 'consolidated_at')::timestamptz)
+        RETURNING turns.turn_id INTO v_new;
+        v_map := v_map || jsonb_build_object(v_row ->> 'turn_id', v_new);
+        v_turn_in := v_turn_in + 1;
+    END LOOP;
+    FOR v_row IN SELECT r FROM unnest(p_rows) WITH ORDINALITY AS x(r, o) WHERE r ->> 'kind' = 'memory' ORDER BY o LOOP
+        IF v_row -> 'embedding' IS NULL OR jsonb_typeof(v_row -> 'embedding') <> 'array' THEN
+            RAISE EXCEPTION 'memory % has no embedding in the export', v_row ->> 'id'
+                USING ERRCODE = 'PGM08', HINT = 'Export with embeddings to import: `pgmem export` without --no-embeddings, or pgmem.export_user(true).';
+        END IF;
+        v_space := pgmem._checked_space(v_row ->> 'space', (v_row ->> 'embedding')::@vector@.vector, NULL);
+        INSERT INTO pgmem.memories AS m (user_id, id, space_id, agent_id, session_id, content, embedding, metadata, created_at,
+                                         expires_at, valid_from, valid_to, superseded_by, version)
+        VALUES (v_user, (v_row ->> 'id')::uuid, v_space.space_id, v_row ->> 'agent_id', v_row ->> 'session_id', v_row ->> 'content',
+                (v_row ->> 'embedding')::@vector@.vector, coalesce(v_row -> 'metadata', '{}'), (v_row ->> 'created_at')::timestamptz,
+                (v_row ->> 'expires_at')::timestamptz, (v_row ->> 'valid_from')::timestamptz, (v_row ->> 'valid_to')::timestamptz,
+                (v_row ->> 'superseded_by')::uuid, coalesce((v_row ->> 'version')::integer, 1))
+        ON CONFLICT DO NOTHING
+        RETURNING m.id INTO v_id;
+        IF v_id IS NULL THEN
+            v_mem_skip := v_mem_skip + 1;
+            CONTINUE;
+        END IF;
+        v_mem_in := v_mem_in + 1;
+        INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+        SELECT v_user, v_id, e.o, e.v ->> 'kind', (e.v ->> 'embedding')::@vector@.vector
+        FROM jsonb_array_elements(coalesce(v_row -> 'vectors', '[]')) WITH ORDINALITY AS e(v, o);
+        INSERT INTO pgmem.memory_sources (user_id, memory_id, turn_id)
+        SELECT v_user, v_id, coalesce((v_map ->> (s.t #>> '{}'))::bigint, (s.t #>> '{}')::bigint)
+        FROM jsonb_array_elements(coalesce(v_row -> 'sources', '[]')) AS s(t)
+        ON CONFLICT DO NOTHING;
+    END LOOP;
+    SELECT count(*) INTO v_hist_skip FROM unnest(p_rows) r WHERE r ->> 'kind' = 'history';
+    FOR v_k IN SELECT DISTINCT r ->> 'kind' FROM unnest(p_rows) r WHERE coalesce(r ->> 'kind', '') NOT IN ('memory', 'turn', 'history') LOOP
+        RAISE EXCEPTION 'unknown row kind %', quote_nullable(v_k) USING ERRCODE = 'PGM08';
+    END LOOP;
+    kind := 'memory'; imported := v_mem_in; skipped := v_mem_skip; RETURN NEXT;
+    kind := 'turn'; imported := v_turn_in; skipped := v_turn_skip; RETURN NEXT;
+    kind := 'history'; imported := 0; skipped := v_hist_skip; RETURN NEXT;
+END
+$function$
+$def$); END $pgmem$;
+COMMENT ON FUNCTION pgmem.import_user(jsonb[]) IS
+    'Read rows of pgmem.export_user back in for the current user, all or nothing: memories keep their ids, times, validity, metadata, embeddings, extra vectors and source links; turns get new ids (links follow them); a turn already present (same space, session, role, content, time) is skipped. History rows are not replayed (the import writes its own ADD events); they are counted as skipped. A memory whose id or current content already exists is skipped.';

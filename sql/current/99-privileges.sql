@@ -1,0 +1,172 @@
+-- pgmem current schema, part 99: who may do what. Every GRANT and REVOKE, every owner other than the schema
+-- owner, every SECURITY DEFINER, and the planner-statistics setting, in one file for review
+-- (docs/security.md is the threat model). Loaded last: it applies to every object of the other files.
+--
+--   API (owned by pgmem_api, SECURITY DEFINER; EXECUTE: pgmem_agent, so gateways too): the calls agents make.
+--   Owner-run (owned by the schema owner, SECURITY DEFINER): identity (current_user_id, act_as), and the
+--     gateway's space administration, which writes DDL (create_space, set_retention; EXECUTE: pgmem_gateway),
+--     and _build_knn, which writes the generated search functions.
+--   Invoker, callable by agents: pure helpers (token_count, count_occurrences, content_hash, as_user) and
+--     maintenance that checks for a superuser or BYPASSRLS caller itself (purge, erase_user).
+--   Internal: EXECUTE for pgmem_api only (called inside the API); owner only: bindings, migration helpers.
+-- A new function gets its lines here: SECURITY DEFINER and OWNER (if it is API), and its EXECUTE grants.
+
+-- ---------------------------------------------------------------------------------------------------------
+-- The schema
+-- ---------------------------------------------------------------------------------------------------------
+REVOKE ALL ON SCHEMA pgmem FROM PUBLIC;
+GRANT USAGE ON SCHEMA pgmem TO pgmem_agent, pgmem_gateway;
+GRANT USAGE ON SCHEMA pgmem TO pgmem_api;
+
+-- ---------------------------------------------------------------------------------------------------------
+-- Definer functions run as their owner. Owner-run ones stay with the schema owner:
+-- ---------------------------------------------------------------------------------------------------------
+ALTER FUNCTION pgmem.current_user_id() SECURITY DEFINER;
+ALTER FUNCTION pgmem.act_as(text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.create_space(text, text, integer, text, integer, integer, regconfig) SECURITY DEFINER;
+ALTER FUNCTION pgmem.set_retention(text, interval, interval) SECURITY DEFINER;
+ALTER FUNCTION pgmem._build_knn() SECURITY DEFINER;
+
+-- The API is owned by pgmem_api (no superuser, no BYPASSRLS: row-level security still applies to it).
+-- pgmem_api may create in the schema only while it takes over its functions (ALTER ... OWNER TO needs it).
+GRANT CREATE ON SCHEMA pgmem TO pgmem_api;
+ALTER FUNCTION pgmem.space(text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.space(text) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.add(text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.add(text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.get(uuid) SECURITY DEFINER;
+ALTER FUNCTION pgmem.get(uuid) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.update(uuid, text, @vector@.vector, jsonb, boolean, integer, text, text, text[], @vector@.vector[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.update(uuid, text, @vector@.vector, jsonb, boolean, integer, text, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.edit(uuid, text, text, @vector@.vector, integer, text, text, text[], @vector@.vector[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.edit(uuid, text, text, @vector@.vector, integer, text, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.delete(uuid, text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.delete(uuid, text) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.delete_all(text, text, text, jsonb, boolean, text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.delete_all(text, text, text, jsonb, boolean, text) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.stats(text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.stats(text) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.session_tail(text, text, integer) SECURITY DEFINER;
+ALTER FUNCTION pgmem.session_tail(text, text, integer) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.supersede(uuid, text, @vector@.vector, jsonb, timestamptz, text, integer, text, text[], @vector@.vector[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.supersede(uuid, text, @vector@.vector, jsonb, timestamptz, text, integer, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.invalidate(uuid, timestamptz, text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.invalidate(uuid, timestamptz, text) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.chain(uuid) SECURITY DEFINER;
+ALTER FUNCTION pgmem.chain(uuid) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.search(text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION pgmem.search(text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.history(uuid) SECURITY DEFINER;
+ALTER FUNCTION pgmem.history(uuid) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.recent_turns(text, text, integer) SECURITY DEFINER;
+ALTER FUNCTION pgmem.recent_turns(text, text, integer) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.pending_turns(text, text, integer) SECURITY DEFINER;
+ALTER FUNCTION pgmem.pending_turns(text, text, integer) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.consolidate(text, text, bigint[], text[], @vector@.vector[], jsonb[], text, text, integer[], text[], @vector@.vector[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.consolidate(text, text, bigint[], text[], @vector@.vector[], jsonb[], text, text, integer[], text[], @vector@.vector[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.sources(uuid) SECURITY DEFINER;
+ALTER FUNCTION pgmem.sources(uuid) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.context(text, text, text, @vector@.vector, integer, integer, double precision, integer, text, jsonb, text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.context(text, text, text, @vector@.vector, integer, integer, double precision, integer, text, jsonb, text) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.export_user(boolean) SECURITY DEFINER;
+ALTER FUNCTION pgmem.export_user(boolean) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.import_user(jsonb[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.import_user(jsonb[]) OWNER TO pgmem_api;
+-- psql inspection: the view runs as its owner (pgmem_api, under RLS) and shows the caller's live memories,
+-- never an embedding; security_barrier (in its definition, 70-reads.sql) keeps a caller's functions from
+-- seeing rows before its filter.
+ALTER VIEW pgmem.memories_view OWNER TO pgmem_api;
+REVOKE CREATE ON SCHEMA pgmem FROM pgmem_api;
+
+-- ---------------------------------------------------------------------------------------------------------
+-- EXECUTE: nothing for PUBLIC; everything for pgmem_api but owner-only tools; the API for agents; space
+-- administration for gateways.
+-- ---------------------------------------------------------------------------------------------------------
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA pgmem FROM PUBLIC, pgmem_agent, pgmem_gateway;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgmem TO pgmem_api;
+REVOKE EXECUTE ON FUNCTION
+    pgmem.bind_role(name, text), pgmem.unbind_role(name), pgmem.schedule_purge(text), pgmem._build_knn(),
+    pgmem._define(text), pgmem._vector_schema(), pgmem.create_space(text, text, integer, text, integer, integer, regconfig),
+    pgmem.set_retention(text, interval, interval), pgmem.purge(integer), pgmem.erase_user(text)
+FROM pgmem_api;
+GRANT EXECUTE ON FUNCTION
+    pgmem.space(text),
+    pgmem.add(text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]),
+    pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]),
+    pgmem.get(uuid),
+    pgmem.update(uuid, text, @vector@.vector, jsonb, boolean, integer, text, text, text[], @vector@.vector[]),
+    pgmem.edit(uuid, text, text, @vector@.vector, integer, text, text, text[], @vector@.vector[]),
+    pgmem.delete(uuid, text),
+    pgmem.delete_all(text, text, text, jsonb, boolean, text),
+    pgmem.stats(text),
+    pgmem.session_tail(text, text, integer),
+    pgmem.supersede(uuid, text, @vector@.vector, jsonb, timestamptz, text, integer, text, text[], @vector@.vector[]),
+    pgmem.invalidate(uuid, timestamptz, text),
+    pgmem.chain(uuid),
+    pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz),
+    pgmem.search(text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz),
+    pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz),
+    pgmem.history(uuid),
+    pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz),
+    pgmem.recent_turns(text, text, integer),
+    pgmem.pending_turns(text, text, integer),
+    pgmem.consolidate(text, text, bigint[], text[], @vector@.vector[], jsonb[], text, text, integer[], text[], @vector@.vector[]),
+    pgmem.sources(uuid),
+    pgmem.context(text, text, text, @vector@.vector, integer, integer, double precision, integer, text, jsonb, text),
+    pgmem.export_user(boolean),
+    pgmem.import_user(jsonb[]),
+    pgmem.current_user_id(), pgmem.act_as(text), pgmem.as_user(text, anyelement),
+    pgmem.token_count(text), pgmem.count_occurrences(text, text), pgmem.content_hash(text),
+    pgmem.purge(integer), pgmem.erase_user(text), pgmem._require_maintainer(text),
+    pgmem._expiry(timestamptz, timestamptz, interval)  -- the view's expression: a view's functions run as its reader
+TO pgmem_agent;
+GRANT EXECUTE ON FUNCTION
+    pgmem.create_space(text, text, integer, text, integer, integer, regconfig), pgmem.set_retention(text, interval, interval)
+TO pgmem_gateway;
+
+-- Tables and sequences: nothing for agents and gateways; what the API needs for pgmem_api.
+REVOKE ALL ON ALL TABLES IN SCHEMA pgmem FROM PUBLIC, pgmem_agent, pgmem_gateway;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgmem FROM PUBLIC, pgmem_agent, pgmem_gateway;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmem.memories, pgmem.tenant_sizes TO pgmem_api;
+GRANT SELECT, INSERT, DELETE ON pgmem.memory_vectors TO pgmem_api;
+GRANT SELECT, INSERT ON pgmem.history, pgmem.memory_sources, pgmem.turns TO pgmem_api;
+GRANT UPDATE (consolidated_at) ON pgmem.turns TO pgmem_api;
+GRANT SELECT ON pgmem.spaces TO pgmem_api;
+GRANT USAGE ON SEQUENCE pgmem.memories_seq TO pgmem_api;
+GRANT SELECT ON pgmem.memories_view TO pgmem_agent;
+
+-- ---------------------------------------------------------------------------------------------------------
+-- Planner statistics: none on tenant tables (EXPLAIN estimates would show other tenants' counts and values)
+-- ---------------------------------------------------------------------------------------------------------
+DO $pgmem$
+DECLARE
+    v_rel regclass;
+    v_att name;
+BEGIN
+    FOR v_rel, v_att IN
+        SELECT a.attrelid::regclass, a.attname FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = ANY (ARRAY['pgmem.memories', 'pgmem.history', 'pgmem.memory_vectors', 'pgmem.turns',
+                                      'pgmem.memory_sources', 'pgmem.tenant_sizes', 'pgmem.role_bindings']::regclass[])
+          AND a.attnum > 0 AND NOT a.attisdropped
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS 0', v_rel, v_att);
+    END LOOP;
+END
+$pgmem$;
+
+-- The generated search statements (60-search.sql), written last so that they see every space.
+DO $pgmem$ BEGIN PERFORM pgmem._build_knn(); END $pgmem$;
+
+-- Space-wide settings are the owner's (migration 0008): a space's TTL applies to every tenant at once. Space
+-- creation and retention wait at most 5 s for their locks.
+REVOKE EXECUTE ON FUNCTION pgmem.set_retention(text, interval, interval) FROM pgmem_gateway;
+ALTER FUNCTION pgmem.create_space(text, text, integer, text, integer, integer, regconfig) SET lock_timeout = '5s';
+ALTER FUNCTION pgmem.set_retention(text, interval, interval) SET lock_timeout = '5s';
