@@ -118,6 +118,7 @@ COMMAND_GROUPS: dict[str, list[tuple[str, str]]] = {
         ("restore", "Restore a backup and verify it"),
     ],
     "Integrations": [
+        ("serve", "Run the HTTP API and the web dashboard"),
         ("mcp", "Run a Model Context Protocol server for one user"),
         ("install-plugin", "Install the memory provider of an agent host (hermes)"),
     ],
