@@ -54,7 +54,7 @@ def run(console: Console | None = None, dsn: str | None = None) -> int:
         where = base.dsn.split("?host=")[-1] if base.dsn else "your pool"
         console.print(f"Database: [cyan]{where}[/] (embedded PostgreSQL + pgvector unless PGMEM_DSN is set)")
         console.print(f"Embedding model: [cyan]{base.embedder.model_name}[/] ({base.embedder.dims} dims), "
-                      "loaded from the local package, offline")
+                      "computed on this machine (weights fetched once, then offline)")
         base.space()  # the space "default", bound to the model, created on first use
         for user in (USER, OTHER_USER):  # start from scratch on every run
             base.with_identity(user_id=user).delete_all(confirm=True)
