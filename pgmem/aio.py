@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -80,7 +80,8 @@ class AsyncMemory(MemoryBase):
 
     def __init__(self, dsn: str | None = None, *, user_id: str | None = None, agent_id: str | None = None,
                  space: str = DEFAULT_SPACE, embedder: Embedder | None = None, role: str | None | type = ...,
-                 pool: Any = None, min_size: int = 1, max_size: int = 8, contextual: bool = True) -> None:
+                 pool: Any = None, min_size: int = 1, max_size: int = 8,
+                 contextual: bool | Collection[str] = True) -> None:
         self._setup(user_id, agent_id, space, embedder, contextual)
         self._space_lock = asyncio.Lock()
         self._owns_pool = pool is None
@@ -142,7 +143,7 @@ class AsyncMemory(MemoryBase):
 
         sync = await asyncio.to_thread(
             Memory, self.dsn, user_id=self.user_id, agent_id=self.agent_id, space=self.space_name,
-            embedder=self._embedder, role=self.role, min_size=1, max_size=2, contextual=self.contextual)
+            embedder=self._embedder, role=self.role, min_size=1, max_size=2, contextual=self.vector_kinds)
         w = AsyncWriter(sync, sync.writer(**kw))
         self._shared.setdefault("writers", []).append(w)
         return w
@@ -306,6 +307,15 @@ class AsyncMemory(MemoryBase):
         previous = {(u, s): await self._for_user(u)._previous_content(s, conn) for u, s in self._context_sessions(norm)}
         params = await self._off_loop(self._add_many_params, space, norm, previous)
         return [AddResult(r["id"], r["created"]) for r in await self._rows("add_batch", params, conn)]
+
+    async def known_contents(self, contents: Sequence[str], *,
+                             conn: psycopg.AsyncConnection | None = None) -> set[str]:
+        """As :meth:`pgmem.Memory.known_contents`."""
+        params, by_hash = self._known_params(contents)
+        if not by_hash:
+            return set()
+        await self.space(conn=conn)
+        return self._known(await self._rows("known_hashes", params, conn), by_hash)
 
     async def update(self, id: UUID | str, *, content: str | None = None, metadata: Mapping[str, Any] | None = None,
                      replace_metadata: bool = False, expected_version: int | None = None, embedding: Any = None,

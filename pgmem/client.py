@@ -7,12 +7,13 @@ validated before anything is sent; database errors arrive as :mod:`pgmem.errors`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import threading
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -348,24 +349,55 @@ def _register_vector(conn: psycopg.Connection) -> None:
 
 SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
 MAX_SENTENCE_VECTORS = 32
+VECTOR_KINDS = ("sentence", "context")
+# The extra vectors a text write stores by default (``contextual=True``): the ones the LoCoMo measurement of
+# each kind's contribution to recall supports (docs/recall.md, "What each extra vector pays for").
+DEFAULT_VECTOR_KINDS = frozenset(VECTOR_KINDS)
 
 
-def extra_texts(content: str, metadata: Mapping[str, Any] | None, previous: str | None) -> list[tuple[str, str]]:
-    """The extra texts embedded with a memory for hybrid recall (docs/recall.md), as ``(kind, text)``:
+def vector_kinds(contextual: bool | Collection[str]) -> frozenset[str]:
+    """The extra vector kinds a client's ``contextual`` setting stores: True the default kinds
+    (:data:`DEFAULT_VECTOR_KINDS`), False none, or the kinds named (of :data:`VECTOR_KINDS`). Raises
+    ValidationError for an unknown kind."""
+    if contextual is True:
+        return DEFAULT_VECTOR_KINDS
+    if contextual is False or contextual is None:
+        return frozenset()
+    if isinstance(contextual, str) or not isinstance(contextual, Collection):
+        raise ValidationError(f"contextual must be True, False or a collection of {', '.join(VECTOR_KINDS)}; "
+                              f"got {contextual!r}", field="contextual")
+    unknown = sorted(set(contextual) - set(VECTOR_KINDS))
+    if unknown:
+        raise ValidationError(f"unknown extra vector kind(s) {unknown}: use {', '.join(VECTOR_KINDS)}",
+                              field="contextual")
+    return frozenset(contextual)
+
+
+def content_hash(content: str) -> bytes:
+    """SHA-256 of the UTF-8 bytes of ``content``: ``pgmem.content_hash`` in SQL, the key by which a user's
+    identical contents are stored once per space."""
+    return hashlib.sha256(content.encode("utf-8")).digest()
+
+
+def extra_texts(content: str, metadata: Mapping[str, Any] | None, previous: str | None,
+                kinds: Collection[str] = VECTOR_KINDS) -> list[tuple[str, str]]:
+    """The extra texts embedded with a memory for hybrid recall (docs/recall.md), as ``(kind, text)``, of the
+    ``kinds`` asked for:
 
     - ``sentence``: each sentence (split after ``.``, ``!`` or ``?``) of a memory of two or more sentences,
       at most 32, prefixed with ``metadata["speaker"] + ": "`` when the memory names a speaker;
     - ``context``: the previous memory of the same session, a newline, then this memory.
     """
     out: list[tuple[str, str]] = []
-    sentences = [part.strip() for part in SENTENCE_SPLIT.split(content) if part.strip()]
+    sentences = [part.strip() for part in SENTENCE_SPLIT.split(content) if part.strip()] \
+        if "sentence" in kinds else []
     if len(sentences) > 1:
         speaker = metadata.get("speaker") if metadata else None
         for sentence in sentences[:MAX_SENTENCE_VECTORS]:
             if isinstance(speaker, str) and speaker and not sentence.startswith(speaker):
                 sentence = f"{speaker}: {sentence}"
             out.append(("sentence", sentence))
-    if previous is not None:
+    if previous is not None and "context" in kinds:
         out.append(("context", f"{previous}\n{content}"))
     return out
 
@@ -449,11 +481,12 @@ class MemoryBase:
             self._spaces[self.space_name] = value
 
     def _setup(self, user_id: str | None, agent_id: str | None, space: str, embedder: Embedder | None,
-               contextual: bool) -> None:
+               contextual: bool | Collection[str]) -> None:
         self.user_id = v.check_id(user_id, "user_id")
         self.agent_id = v.check_id(agent_id, "agent_id")
         self.space_name = v.check_space_name(space)
-        self.contextual = contextual
+        self.vector_kinds = vector_kinds(contextual)
+        self.contextual = bool(self.vector_kinds)
         self._embedder = embedder
         self._spaces = {}
 
@@ -482,7 +515,18 @@ class MemoryBase:
         return f" (space {space.name!r}, model {space.model!r})"
 
     def _embed_in(self, space: Space, texts: Sequence[str]) -> np.ndarray:
-        """Embeddings of ``texts`` for ``space``, shape ``(len(texts), space.dims)`` float32, checked."""
+        """Embeddings of ``texts`` for ``space``, shape ``(len(texts), space.dims)`` float32, checked. Each
+        distinct text is embedded once (a batch repeats short sentences and contents), in one call of the
+        embedder."""
+        texts = list(texts)
+        distinct = list(dict.fromkeys(texts))
+        if len(distinct) < len(texts):
+            out = self._embed_distinct(space, distinct)
+            where = {t: i for i, t in enumerate(distinct)}
+            return out[[where[t] for t in texts]]
+        return self._embed_distinct(space, texts)
+
+    def _embed_distinct(self, space: Space, texts: list[str]) -> np.ndarray:
         emb = self.embedder
         if emb.dims != space.dims:
             raise DimensionMismatch(f"expected {space.dims} dimensions, got {emb.dims}{self._context(space)}; "
@@ -514,7 +558,7 @@ class MemoryBase:
 
     def _sentences_in(self, space: Space, content: str, metadata: Mapping[str, Any] | None):
         """Embedding, model, and sentence vectors of changed content (an edited memory keeps no context vector)."""
-        extras = extra_texts(content, metadata, None) if self.contextual else []
+        extras = extra_texts(content, metadata, None, self.vector_kinds) if self.contextual else []
         vecs = self._embed_in(space, [content] + [t for _, t in extras])
         return vecs[0], space.model, [k for k, _ in extras], list(vecs[1:])
 
@@ -524,6 +568,21 @@ class MemoryBase:
         return _params("create_space", {"name": v.check_space_name(name), "model": model, "dims": dims, "distance": "cosine",
                                         "hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction,
                                         "text_config": text_config})
+
+    def _known_params(self, contents: Sequence[str]) -> tuple[dict[str, Any], dict[bytes, list[str]]]:
+        """The known_hashes parameters for ``contents`` (checked as contents: ValidationError naming the index;
+        at most 10,000), and hash -> the contents of that hash."""
+        if isinstance(contents, str) or not isinstance(contents, Sequence):
+            raise ValidationError("contents must be a list of strings", field="contents")
+        v.check_batch_size(contents)
+        by_hash: dict[bytes, list[str]] = {}
+        for i, c in enumerate(contents):
+            by_hash.setdefault(content_hash(v.check_content(c, index=i)), []).append(c)
+        return _params("known_hashes", {"space": self.space_name, "hashes": list(by_hash)}), by_hash
+
+    @staticmethod
+    def _known(rows: list[dict], by_hash: dict[bytes, list[str]]) -> set[str]:
+        return {c for r in rows for c in by_hash.get(bytes(r["content_hash"]), ())}
 
     def _tail_params(self, session_id: str) -> dict[str, Any]:
         return _params("session_tail", {"space": self.space_name, "session_id": session_id, "n": 1})
@@ -538,13 +597,13 @@ class MemoryBase:
         return {"content": content, "metadata": meta, "agent_id": agent, "session_id": session_id,
                 "expires_at": expires_at, "embedding": embedding,
                 # the session whose last memory is this one's context (contextual text writes only)
-                "context_of": session_id if embedding is None and self.contextual else None}
+                "context_of": session_id if embedding is None and "context" in self.vector_kinds else None}
 
     def _add_params(self, space: Space, a: dict[str, Any], previous: str | None) -> dict[str, Any]:
         kinds: list[str] | None = None
         extra_vecs: list | None = None
         if a["embedding"] is None:
-            extras = extra_texts(a["content"], a["metadata"], previous) if self.contextual else []
+            extras = extra_texts(a["content"], a["metadata"], previous, self.vector_kinds) if self.contextual else []
             vecs = self._embed_in(space, [a["content"]] + [t for _, t in extras])
             vec, model = vecs[0], space.model
             kinds, extra_vecs = [k for k, _ in extras], list(vecs[1:])
@@ -574,7 +633,7 @@ class MemoryBase:
     def _context_sessions(self, norm: list[dict]) -> list[tuple[str | None, str]]:
         """The (user, session) pairs whose last stored memory is the context of this batch's first memory in
         them."""
-        if not self.contextual or all(it["embedding"] is not None for it in norm):
+        if "context" not in self.vector_kinds or all(it["embedding"] is not None for it in norm):
             return []
         return list(dict.fromkeys((it["user_id"], it["session_id"]) for it in norm if it["session_id"] is not None))
 
@@ -596,7 +655,8 @@ class MemoryBase:
                     before = last[sess] if sess in last else previous.get(sess)
                     last[sess] = it["content"]
                 if it["embedding"] is None:
-                    extras += [(i, kind, text) for kind, text in extra_texts(it["content"], it["metadata"], before)]
+                    extras += [(i, kind, text) for kind, text in extra_texts(it["content"], it["metadata"], before,
+                                                                                    self.vector_kinds)]
         vector_items = vector_kinds = extra_vecs = None
         if missing:
             vecs = self._embed_in(space, [norm[i]["content"] for i in missing] + [t for _, _, t in extras])
@@ -627,7 +687,7 @@ class MemoryBase:
         reembed = content is not None and embedding is None
         return {"metadata": meta,
                 # the speaker that names the sentences: the stored metadata, merged as SQL will
-                "needs_current": reembed and self.contextual and not (replace_metadata and meta is not None),
+                "needs_current": reembed and "sentence" in self.vector_kinds and not (replace_metadata and meta is not None),
                 "needs_space": reembed or embedding is not None}
 
     def _update_params(self, space: Space | None, u: dict[str, Any], id: Any, content: str | None,
@@ -869,7 +929,7 @@ class MemoryBase:
             texts: list[str] = []
             spans = []
             for i, n in enumerate(norm):
-                ex = extra_texts(n["content"], n.get("metadata"), None) if self.contextual else []
+                ex = extra_texts(n["content"], n.get("metadata"), None, self.vector_kinds) if self.contextual else []
                 spans.append((len(texts), len(ex)))
                 texts += [n["content"]] + [t for _, t in ex]
                 kinds += [k for k, _ in ex]
@@ -915,8 +975,10 @@ class Memory(MemoryBase):
     embedded server (started and migrated on demand). On the embedded server the client switches to the
     role ``pgmem_gateway`` so row-level security applies; on your own server it acts as its login role
     (``role=`` to switch). ``user_id`` is named per transaction (gateway logins); leave it None for a login
-    bound to a user with ``pgmem.bind_role``. ``contextual`` (default True): text writes also store a vector
-    per sentence and one with the session's previous memory, used by hybrid search (docs/recall.md).
+    bound to a user with ``pgmem.bind_role``. ``contextual`` (default True): text writes also store extra
+    vectors used by hybrid search (docs/recall.md): True the default kinds (:data:`DEFAULT_VECTOR_KINDS`),
+    False none, or the kinds named, of ``"sentence"`` (one per sentence of a memory of several) and
+    ``"context"`` (the memory with its session's previous one). Search works whichever kinds are stored.
 
     ``space`` is the embedding space (model + dims) memories live in; it is created for the embedder on
     first use when the role may create spaces. ``embedder`` defaults to all-MiniLM-L6-v2 (384 dims), loaded
@@ -925,7 +987,8 @@ class Memory(MemoryBase):
 
     def __init__(self, dsn: str | None = None, *, user_id: str | None = None, agent_id: str | None = None,
                  space: str = DEFAULT_SPACE, embedder: Embedder | None = None, role: str | None | type = ...,
-                 pool: Any = None, min_size: int = 1, max_size: int = 8, contextual: bool = True) -> None:
+                 pool: Any = None, min_size: int = 1, max_size: int = 8,
+                 contextual: bool | Collection[str] = True) -> None:
         self._setup(user_id, agent_id, space, embedder, contextual)
         self._space_lock = threading.Lock()
         self._owns_pool = pool is None
@@ -1144,6 +1207,18 @@ class Memory(MemoryBase):
         previous = {(u, s): self._for_user(u)._previous_content(s, conn) for u, s in self._context_sessions(norm)}
         rows = self._rows("add_batch", self._add_many_params(space, norm, previous), conn)
         return [AddResult(r["id"], r["created"]) for r in rows]
+
+    def known_contents(self, contents: Sequence[str], *, conn: psycopg.Connection | None = None) -> set[str]:
+        """Which of ``contents`` (strings, at most 10,000) this user already has in this space as a memory that
+        holds now: the ones :meth:`add` and :meth:`add_many` would not store again (they return the existing
+        id with ``created`` False). One statement (``pgmem.known_hashes``), by SHA-256 of the content, so
+        nothing is embedded: an import asks it before embedding a batch. Raises ValidationError for a bad
+        content (naming its index) or too many."""
+        params, by_hash = self._known_params(contents)
+        if not by_hash:
+            return set()
+        self.space(conn=conn)
+        return self._known(self._rows("known_hashes", params, conn), by_hash)
 
     def update(self, id: UUID | str, *, content: str | None = None, metadata: Mapping[str, Any] | None = None,
                replace_metadata: bool = False, expected_version: int | None = None, embedding: Any = None,

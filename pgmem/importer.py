@@ -383,11 +383,19 @@ def detect_format(path: Path) -> str:
 
 
 class _ProgressEmbedder:
-    """The client's embedder, embedding in chunks of ``chunk`` texts and calling ``on_texts(n)`` after each,
-    so that a progress bar moves while a batch is embedded (the slow part of an import), not once per batch."""
+    """The client's embedder, reporting progress while a batch is embedded (the slow part of an import), not
+    once per batch: the texts of a call are sorted by length, so that each forward pass pads little, and
+    embedded a chunk at a time, ``on_texts(done, total)`` after each chunk. A chunk is ``chunk`` texts, default
+    the embedder's own ``batch_size`` (one forward pass of the local model, one request of the HTTP one), else
+    16."""
 
-    def __init__(self, client: Any, on_texts, chunk: int = 16) -> None:
-        self.client, self.on_texts, self.chunk = client, on_texts, chunk
+    def __init__(self, client: Any, on_texts, chunk: int | None = None) -> None:
+        self.client, self.on_texts, self._chunk = client, on_texts, chunk
+
+    @property
+    def chunk(self) -> int:
+        size = self._chunk or getattr(self.inner, "batch_size", None)
+        return size if isinstance(size, int) and size > 0 else 16
 
     @property
     def inner(self) -> Any:  # the client's own embedder, loaded only when something is embedded
@@ -406,39 +414,34 @@ class _ProgressEmbedder:
 
         texts = list(texts)
         self.on_texts(0, len(texts))
-        parts = []
-        for i in range(0, len(texts), self.chunk):
-            parts.append(np.asarray(self.inner.embed(texts[i:i + self.chunk]), dtype=np.float32))
-            self.on_texts(min(i + self.chunk, len(texts)), len(texts))
-        return np.concatenate(parts) if parts else np.zeros((0, self.dims), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = None
+        chunk = self.chunk
+        for i in range(0, len(texts), chunk):
+            rows = order[i:i + chunk]
+            part = np.asarray(self.inner.embed([texts[j] for j in rows]), dtype=np.float32)
+            if out is None:
+                out = np.empty((len(texts),) + part.shape[1:], dtype=np.float32)
+            out[rows] = part
+            self.on_texts(min(i + chunk, len(texts)), len(texts))
+        return out if out is not None else np.zeros((0, self.dims), dtype=np.float32)
 
 
-class _Known:
-    """Which (user, content) pairs are stored already, asked through the API before anything is embedded:
-    ``Memory.stats`` once per user (a user with no memories in the space has nothing to repeat), then
-    ``Memory.list(contains=...)`` per record of a user who has some. Pairs seen earlier in the same import
-    are known without a query."""
-
-    def __init__(self, memory: Any) -> None:
-        self.memory = memory
-        self.empty: dict[str, bool] = {}
-        self.seen: set[tuple[str, str]] = set()
-
-    def __call__(self, rec: Record) -> bool:
-        key = (rec.user_id, rec.content)
-        if key in self.seen:
-            return True
-        self.seen.add(key)
-        m = self.memory if rec.user_id == self.memory.user_id else self.memory.with_identity(user_id=rec.user_id)
+def _known_in_batch(memory: Any, batch: list[Record]) -> set[tuple[str, str]]:
+    """The (user, content) pairs of ``batch`` already stored (memories that hold now), asked through the API
+    before anything is embedded: one ``Memory.known_contents`` statement per user of the batch. A failing
+    check answers "none known": add_batch deduplicates anyway, so it costs only the embeddings."""
+    by_user: dict[str, list[str]] = {}
+    for r in batch:
+        by_user.setdefault(r.user_id, []).append(r.content)
+    known: set[tuple[str, str]] = set()
+    for user, contents in by_user.items():
+        m = memory if user == memory.user_id else memory.with_identity(user_id=user)
         try:
-            if rec.user_id not in self.empty:
-                self.empty[rec.user_id] = not any(st.memories for st in m.stats())
-            if self.empty[rec.user_id]:
-                return False
-            page = m.list(contains=rec.content, limit=1000)
-            return any(r.content == rec.content for r in page.items)
+            known.update((user, c) for c in m.known_contents(contents))
         except PgmemError:
-            return False  # add_batch deduplicates anyway; a failing check costs only the embedding
+            pass
+    return known
 
 
 def import_records(memory, records: Iterable[Record | Failure], *, batch_size: int = 256,
@@ -448,15 +451,16 @@ def import_records(memory, records: Iterable[Record | Failure], *, batch_size: i
     each item acting as its user (``add_many`` items with ``user_id``; a gateway may name any user, a bound
     login only its own). A batch that fails is retried record by record, so a bad record costs only itself.
 
-    ``skip_known``: a record whose content its user already has in the space (live), or that came earlier
-    in this import, is counted as a duplicate without being embedded (:class:`_Known`: one ``stats`` per
-    user and one ``list`` per record of a user who has memories; a SQL function looking up a batch of
-    content hashes would make that one statement per batch). ``progress(n)`` is called with the (possibly
-    fractional) number of records handled, as their texts are embedded."""
+    ``skip_known``: a record whose content its user already has in the space (a memory that holds now), or
+    that came earlier in this import, is counted as a duplicate without being embedded: pairs seen earlier
+    are known without a query, and before a batch is embedded one ``Memory.known_contents`` statement per
+    user of the batch (``pgmem.known_hashes``, by content hash) drops what is stored already. The batch's
+    texts are embedded together, each distinct text once, sorted by length. ``progress(n)`` is called with
+    the (possibly fractional) number of records handled, as their texts are embedded."""
     summary = ImportSummary()
     start = time.perf_counter()
     batch: list[Record] = []
-    known = _Known(memory) if skip_known else None
+    seen: set[tuple[str, str]] | None = set() if skip_known else None
     share = {"records": 0, "reported": 0.0, "on": False}
 
     def on_texts(done: int, total: int) -> None:
@@ -474,15 +478,23 @@ def import_records(memory, records: Iterable[Record | Failure], *, batch_size: i
     def flush() -> None:
         if not batch:
             return
+        todo = batch
+        if skip_known:
+            known = _known_in_batch(memory, batch)
+            if known:
+                todo = [r for r in batch if (r.user_id, r.content) not in known]
+                summary.duplicates += len(batch) - len(todo)
+                if progress:
+                    progress(len(batch) - len(todo))
         items = [{"content": r.content, "agent_id": r.agent_id, "session_id": r.session_id,
-                  "metadata": r.metadata, "created_at": r.created_at, "user_id": r.user_id} for r in batch]
-        share.update(records=len(batch), reported=0.0, on=True)
+                  "metadata": r.metadata, "created_at": r.created_at, "user_id": r.user_id} for r in todo]
+        share.update(records=len(todo), reported=0.0, on=True)
         try:
-            results = writer.add_many(items)
+            results = writer.add_many(items) if items else []
         except PgmemError:
             share["on"] = False  # the retries below embed again: the bar does not count them twice
             # All or nothing per batch: retry one by one so that one bad record costs only itself.
-            for r, item in zip(batch, items):
+            for r, item in zip(todo, items):
                 try:
                     res = writer.add_many([item])[0]
                 except PgmemError as exc1:
@@ -494,8 +506,8 @@ def import_records(memory, records: Iterable[Record | Failure], *, batch_size: i
             summary.added += sum(r.created for r in results)
             summary.duplicates += sum(not r.created for r in results)
         share["on"] = False
-        if progress and len(batch) > share["reported"]:
-            progress(len(batch) - share["reported"])
+        if progress and len(todo) > share["reported"]:
+            progress(len(todo) - share["reported"])
         batch.clear()
 
     for rec in records:
@@ -505,11 +517,14 @@ def import_records(memory, records: Iterable[Record | Failure], *, batch_size: i
             if progress:
                 progress(1)
             continue
-        if known is not None and known(rec):
-            summary.duplicates += 1
-            if progress:
-                progress(1)
-            continue
+        if seen is not None:
+            key = (rec.user_id, rec.content)
+            if key in seen:
+                summary.duplicates += 1
+                if progress:
+                    progress(1)
+                continue
+            seen.add(key)
         if len(batch) >= batch_size:
             flush()
         batch.append(rec)

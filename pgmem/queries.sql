@@ -84,6 +84,9 @@ SELECT * FROM pgmem.stats(p_space => %(space)s::text)
 -- session_tail --
 SELECT * FROM pgmem.session_tail(p_space => %(space)s::text, p_session_id => %(session_id)s::text, p_n => %(n)s::integer)
 
+-- known_hashes --
+SELECT * FROM pgmem.known_hashes(p_space => %(space)s::text, p_hashes => %(hashes)s::bytea[])
+
 -- search_hybrid --
 SELECT * FROM pgmem.search_hybrid(p_space => %(space)s::text, p_query => %(query)s::text, p_embedding => %(embedding)b::vector,
     p_k => %(k)s::integer, p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_filter => %(filter)s::jsonb,

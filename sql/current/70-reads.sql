@@ -142,6 +142,31 @@ $$;
 COMMENT ON FUNCTION pgmem.session_tail(text, text, integer) IS
     'The last n (1..100) memories of one session of the current user, in write order (created_at, then write sequence): the context a new memory of that session follows.';
 
+-- Which of these contents the caller has already, asked by content hash before anything is embedded: an
+-- import or a writer skips them (add_batch would return the existing memory with created = false). Only
+-- memories that hold now count, the same rule as add_batch's deduplication: an expired memory or a superseded
+-- fact does not block the same content from being added again. The caller's own rows only (user_id first,
+-- the row-level security policy besides); each hash found once, in no particular order.
+CREATE FUNCTION pgmem.known_hashes(p_space text, p_hashes bytea[]) RETURNS TABLE (content_hash bytea)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+BEGIN
+    IF coalesce(cardinality(p_hashes), 0) > 10000 THEN
+        RAISE EXCEPTION 'at most 10000 hashes a call, got %', cardinality(p_hashes) USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN QUERY
+    SELECT DISTINCT m.content_hash FROM pgmem.memories m
+    WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = ANY (p_hashes)
+      AND m.valid_to IS NULL AND pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now();
+END
+$$;
+COMMENT ON FUNCTION pgmem.known_hashes(text, bytea[]) IS
+    'Which of p_hashes (pgmem.content_hash of a content: SHA-256 of its UTF-8 bytes; at most 10000) are the content of a memory of the current user in p_space that holds now: the contents add and add_batch would not store again. Lets a client skip embedding them.';
+
 CREATE FUNCTION pgmem.history(p_id uuid) RETURNS TABLE (
     event_id bigint, memory_id uuid, event text, old_content text, new_content text,
     old_metadata jsonb, new_metadata jsonb, actor_agent_id text, actor_role name, created_at timestamptz, related_id uuid

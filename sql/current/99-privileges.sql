@@ -50,6 +50,8 @@ ALTER FUNCTION pgmem.stats(text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.stats(text) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.session_tail(text, text, integer) SECURITY DEFINER;
 ALTER FUNCTION pgmem.session_tail(text, text, integer) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.known_hashes(text, bytea[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.known_hashes(text, bytea[]) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.supersede(uuid, text, @vector@.vector, jsonb, timestamptz, text, integer, text, text[], @vector@.vector[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.supersede(uuid, text, @vector@.vector, jsonb, timestamptz, text, integer, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.invalidate(uuid, timestamptz, text) SECURITY DEFINER;
@@ -108,6 +110,7 @@ GRANT EXECUTE ON FUNCTION
     pgmem.delete_all(text, text, text, jsonb, boolean, text),
     pgmem.stats(text),
     pgmem.session_tail(text, text, integer),
+    pgmem.known_hashes(text, bytea[]),
     pgmem.supersede(uuid, text, @vector@.vector, jsonb, timestamptz, text, integer, text, text[], @vector@.vector[]),
     pgmem.invalidate(uuid, timestamptz, text),
     pgmem.chain(uuid),
