@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Import speed end to end: ``pgmem import`` run as a process, this code against a baseline commit, in one run.
+
+    python bench/import.py --data ../shared/data/locomo/locomo-dev.json [--baseline REF] [--lines 500]
+        [--locomo-conversations N] [--batch-sizes 16,32,64,128] [--dsn DSN] [--out bench/out]
+
+What it does
+1. Writes two input files into a private temporary directory (0700, files 0600; removed at the end), made
+   at run time from the LoCoMo file given (never stored in the repository):
+   (a) ``turns.jsonl``: the first ``--lines`` turns of the file as JSONL memories, one line each:
+       ``{"user": sample_id, "session": "session_N", "content": "Speaker: text", "metadata": {"speaker",
+       "dia_id"}, "timestamp": the session's date}``;
+   (b) ``locomo.json``: the first ``--locomo-conversations`` conversations (default all) as a LoCoMo file.
+2. Extracts the baseline commit (``--baseline``, default the commit before the import changes) with
+   ``git archive`` into that directory.
+3. For each code (baseline, this checkout) and each file: a fresh database, then ``pgmem import FILE`` as a
+   process (``--json``, acting as ``pgmem_gateway``, space ``minilm``, the default embedder: all-MiniLM-L6-v2 in
+   numpy, contextual vectors on), twice: the first run imports the file, the second finds every record
+   stored (the duplicate re-import). Reported: memories/s of the import's own clock (``seconds`` of its
+   summary) and of the whole process (start-up and model load included).
+4. The embedder's own rate on this machine, in the same run: all-MiniLM-L6-v2 on the first
+   ``--embed-sample`` distinct texts a first import of the JSONL file embeds (contents, sentences, contexts),
+   in one call, for each ``--batch-sizes`` value: the bound on any import with these vectors.
+The machine's load average (1 minute) is printed with every figure. Output: a table on stdout and
+``OUT/import.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATABASE = "pgmem_bench_import"
+BASELINE = "92b822e"  # the code before skipping stored content and one embedding per distinct text
+
+
+def load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def write_inputs(src: Path, tmp: Path, lines: int, conversations: int | None) -> tuple[Path, Path, list]:
+    from pgmem import importer
+
+    data = json.loads(src.read_text(encoding="utf-8"))
+    jsonl = tmp / "turns.jsonl"
+    records = [r for r in importer.read_locomo(src) if isinstance(r, importer.Record)][:lines]
+    fd = os.open(jsonl, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps({"user": r.user_id, "session": r.session_id, "content": r.content,
+                                 "metadata": {"speaker": r.metadata.get("speaker"), "dia_id": r.metadata.get("dia_id")},
+                                 "timestamp": r.created_at.isoformat() if r.created_at else None}) + "\n")
+    locomo = tmp / "locomo.json"
+    fd = os.open(locomo, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8") as fh:
+        json.dump(data[:conversations] if conversations else data, fh)
+    return jsonl, locomo, records
+
+
+def extract(ref: str, dest: Path) -> Path:
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "pgmem"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest
+
+
+def fresh(dsn: str | None) -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import recall_locomo as rl
+
+    return rl.fresh_database(dsn, DATABASE)
+
+
+RUN_CLI = "import sys; from pgmem.cli import main; sys.argv[0] = 'pgmem'; sys.exit(main())"
+
+
+def run_import(code: Path, dsn: str, path: Path) -> dict:
+    """``pgmem import PATH --json`` with the package at ``code``: the summary, plus ``wall`` seconds."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    cmd = [sys.executable, "-c", RUN_CLI, "import", str(path), "--dsn", dsn, "--role", "pgmem_gateway",
+           "--space", "minilm", "--json"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        sys.exit(f"pgmem import failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out["wall"] = wall
+    return out
+
+
+def embed_rate(records: list, batch_sizes: list[int], sample: int) -> list[tuple[int, int, float]]:
+    """(batch size, texts, texts/s) of MiniLMEmbedder on the first ``sample`` distinct texts a first import of
+    ``records`` embeds, in one call."""
+    from pgmem.client import extra_texts
+    from pgmem.embedders import MiniLMEmbedder
+
+    texts, last = [], {}
+    for r in records:
+        key = (r.user_id, r.session_id)
+        texts.append(r.content)
+        texts += [t for _, t in extra_texts(r.content, r.metadata, last.get(key))]
+        last[key] = r.content
+    texts = list(dict.fromkeys(texts))[:sample]
+    MiniLMEmbedder().embed(["warm-up"])
+    out = []
+    for bs in batch_sizes:
+        e = MiniLMEmbedder(batch_size=bs, max_batch_tokens=max(4096, 64 * bs))
+        t0 = time.perf_counter()
+        e.embed(texts)
+        out.append((bs, len(texts), len(texts) / (time.perf_counter() - t0)))
+        print(f"  embedder batch_size {bs}: {out[-1][2]:.0f} texts/s on {len(texts)} texts (load {load()})", flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, type=Path, help="LoCoMo JSON file (e.g. locomo-dev.json)")
+    ap.add_argument("--baseline", default=BASELINE, help=f"git commit of the code to compare with (default {BASELINE})")
+    ap.add_argument("--lines", type=int, default=500, help="JSONL lines (LoCoMo turns)")
+    ap.add_argument("--locomo-conversations", type=int, default=None, metavar="N", help="default: all")
+    ap.add_argument("--batch-sizes", default="16,32,64,128", help="embedder batch sizes to time")
+    ap.add_argument("--embed-sample", type=int, default=600, help="texts timed per embedder batch size")
+    ap.add_argument("--skip-locomo", action="store_true", help="only the JSONL file")
+    ap.add_argument("--dsn", help="postgresql:// URL of a server whose user may CREATE DATABASE (default: embedded)")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="pgmem-bench-import-"))
+    rows = []
+    try:
+        jsonl, locomo, records = write_inputs(args.data, tmp, args.lines, args.locomo_conversations)
+        codes = {"baseline " + args.baseline: extract(args.baseline, tmp / "baseline"), "this code": ROOT}
+        print(f"load average {load()} at start; {len(records)} JSONL lines; baseline {args.baseline}", flush=True)
+        rates = embed_rate(records, [int(b) for b in args.batch_sizes.split(",")], args.embed_sample)
+        files = [("jsonl", jsonl)] + ([] if args.skip_locomo else [("locomo", locomo)])
+        for kind, path in files:
+            for label, code in codes.items():
+                dsn = fresh(args.dsn)
+                for run in ("first", "again"):
+                    s = run_import(code, dsn, path)
+                    row = {"file": kind, "code": label, "run": run, "rows": s["rows"], "added": s["added"],
+                           "duplicates": s["duplicates"], "failures": len(s["failures"]),
+                           "seconds": s["seconds"], "rows_per_s": s["rows"] / s["seconds"] if s["seconds"] else 0.0,
+                           "wall_s": round(s["wall"], 2), "rows_per_s_wall": s["rows"] / s["wall"], "load": load()}
+                    rows.append(row)
+                    print(f"  {kind:6s} {label:18s} {run:5s}: {row['rows']} rows ({row['added']} added, "
+                          f"{row['duplicates']} duplicates) in {row['seconds']:.1f} s = {row['rows_per_s']:.1f} rows/s "
+                          f"(process {row['wall_s']:.1f} s = {row['rows_per_s_wall']:.1f} rows/s; load {row['load']})",
+                          flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    by = {(r["file"], r["code"], r["run"]): r for r in rows}
+    base = "baseline " + args.baseline
+    print("\n| file | run | baseline rows/s | this code rows/s | ratio | process rows/s (baseline / this) |")
+    print("|---|---|---|---|---|---|")
+    for kind in sorted({r["file"] for r in rows}):
+        for run in ("first", "again"):
+            b, n = by[(kind, base, run)], by[(kind, "this code", run)]
+            print(f"| {kind} | {run} | {b['rows_per_s']:.1f} | {n['rows_per_s']:.1f} | "
+                  f"{n['rows_per_s'] / b['rows_per_s']:.1f}x | {b['rows_per_s_wall']:.1f} / {n['rows_per_s_wall']:.1f} |")
+    best = max(rates, key=lambda x: x[2])
+    print(f"embedder alone: {', '.join(f'batch {b}: {r:.0f} texts/s' for b, _, r in rates)} (best {best[0]}); "
+          f"load average now {load()}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "import.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {args.out / 'import.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
