@@ -14,12 +14,14 @@ Limits (also enforced by the schema, see docs/limits.md):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 from datetime import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
+from uuid import UUID
 
 import numpy as np
 
@@ -209,3 +211,105 @@ def check_k(k: Any) -> int:
 def check_batch_size(items: Sequence) -> None:
     if len(items) > MAX_BATCH:
         raise ValidationError(f"a batch holds at most {MAX_BATCH} memories, got {len(items)}", field="items")
+
+
+# --- items of a batch, and the texts embedded with a memory (shared by the clients and the writer) ------
+SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+MAX_SENTENCE_VECTORS = 32
+VECTOR_KINDS = ("sentence", "context")
+# The extra vectors a text write stores by default (``contextual=True``): the ones the LoCoMo measurement of
+# each kind's contribution to recall supports (docs/recall.md, "What each extra vector pays for").
+DEFAULT_VECTOR_KINDS = frozenset(VECTOR_KINDS)
+
+
+def vector_kinds(contextual: bool | Collection[str]) -> frozenset[str]:
+    """The extra vector kinds a client's ``contextual`` setting stores: True the default kinds
+    (:data:`DEFAULT_VECTOR_KINDS`), False none, or the kinds named (of :data:`VECTOR_KINDS`). Raises
+    ValidationError for an unknown kind."""
+    if contextual is True:
+        return DEFAULT_VECTOR_KINDS
+    if contextual is False or contextual is None:
+        return frozenset()
+    if isinstance(contextual, str) or not isinstance(contextual, Collection):
+        raise ValidationError(f"contextual must be True, False or a collection of {', '.join(VECTOR_KINDS)}; "
+                              f"got {contextual!r}", field="contextual")
+    unknown = sorted(set(contextual) - set(VECTOR_KINDS))
+    if unknown:
+        raise ValidationError(f"unknown extra vector kind(s) {unknown}: use {', '.join(VECTOR_KINDS)}",
+                              field="contextual")
+    return frozenset(contextual)
+
+
+def content_hash(content: str) -> bytes:
+    """SHA-256 of the UTF-8 bytes of ``content``: ``pgmem.content_hash`` in SQL, the key by which a user's
+    identical contents are stored once per space."""
+    return hashlib.sha256(content.encode("utf-8")).digest()
+
+
+def extra_texts(content: str, metadata: Mapping[str, Any] | None, previous: str | None,
+                kinds: Collection[str] = VECTOR_KINDS) -> list[tuple[str, str]]:
+    """The extra texts embedded with a memory for hybrid recall (docs/recall.md), as ``(kind, text)``, of the
+    ``kinds`` asked for:
+
+    - ``sentence``: each sentence (split after ``.``, ``!`` or ``?``) of a memory of two or more sentences,
+      at most 32, prefixed with ``metadata["speaker"] + ": "`` when the memory names a speaker;
+    - ``context``: the previous memory of the same session, a newline, then this memory.
+    """
+    out: list[tuple[str, str]] = []
+    sentences = [part.strip() for part in SENTENCE_SPLIT.split(content) if part.strip()] \
+        if "sentence" in kinds else []
+    if len(sentences) > 1:
+        speaker = metadata.get("speaker") if metadata else None
+        for sentence in sentences[:MAX_SENTENCE_VECTORS]:
+            if isinstance(speaker, str) and speaker and not sentence.startswith(speaker):
+                sentence = f"{speaker}: {sentence}"
+            out.append(("sentence", sentence))
+    if previous is not None and "context" in kinds:
+        out.append(("context", f"{previous}\n{content}"))
+    return out
+
+
+def count_occurrences(haystack: str, needle: str) -> int:
+    """Occurrences of ``needle`` in ``haystack`` as literal, case-sensitive text, overlapping ones included
+    (``"aa"`` in ``"aaa"`` is 2). Same rule as ``pgmem.count_occurrences`` in SQL."""
+    if needle == "":
+        raise ValidationError("the text to replace must not be empty", field="old")
+    count, pos = 0, haystack.find(needle)
+    while pos != -1:
+        count += 1
+        pos = haystack.find(needle, pos + 1)
+    return count
+
+
+ITEM_KEYS = frozenset({"content", "metadata", "agent_id", "session_id", "expires_at", "created_at", "embedding", "id",
+                       "user_id"})
+
+
+def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
+    """One item of :meth:`Memory.add_many`, validated: a dict with every key of ``ITEM_KEYS`` (None when not
+    given; ``metadata`` ``{}``; ``id`` a UUID). The embedding is checked later, against the space's dims.
+    Raises ValidationError naming ``index``."""
+    if isinstance(item, str):
+        item = {"content": item}
+    elif not isinstance(item, Mapping):
+        raise ValidationError("must be a string or a mapping with 'content'", field="items", index=index)
+    unknown = set(item) - ITEM_KEYS
+    if unknown:
+        raise ValidationError(f"unknown keys {sorted(unknown)}", field="items", index=index)
+    client_id = item.get("id")
+    if client_id is not None and not isinstance(client_id, UUID):
+        try:
+            client_id = UUID(check_text(client_id, "id", index=index))
+        except ValueError:
+            raise ValidationError(f"id must be a UUID, got {client_id!r}", field="id", index=index) from None
+    return {
+        "content": check_content(item.get("content"), index=index),
+        "metadata": check_metadata(item.get("metadata"), index=index) or {},
+        "agent_id": check_id(item.get("agent_id"), "agent_id", index=index),
+        "session_id": check_id(item.get("session_id"), "session_id", index=index),
+        "expires_at": check_datetime(item.get("expires_at"), "expires_at", index=index),
+        "created_at": check_datetime(item.get("created_at"), "created_at", index=index),
+        "embedding": item.get("embedding"),
+        "id": client_id,
+        "user_id": check_id(item.get("user_id"), "user_id", index=index),
+    }
