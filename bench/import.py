@@ -14,7 +14,7 @@ What it does
 2. Extracts the baseline commit (``--baseline``, default the commit before the import changes) with
    ``git archive`` into that directory.
 3. For each code (baseline, this checkout) and each file: a fresh database, then ``pgmem import FILE`` as a
-   process (``--json``, acting as ``pgmem_gateway``, space ``minilm``, the default embedder: all-MiniLM-L6-v2 in
+   process (``--json``, acting as ``pgmem_gateway``, the default space and embedder: all-MiniLM-L6-v2 in
    numpy, contextual vectors on), twice: the first run imports the file, the second finds every record
    stored (the duplicate re-import). Reported: memories/s of the import's own clock (``seconds`` of its
    summary) and of the whole process (start-up and model load included).
@@ -77,7 +77,11 @@ def fresh(dsn: str | None) -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import recall_locomo as rl
 
-    return rl.fresh_database(dsn, DATABASE)
+    from pgmem import migrations
+
+    url = rl.fresh_database(dsn, DATABASE)
+    migrations.migrate(url)
+    return url
 
 
 RUN_CLI = "import sys; from pgmem.cli import main; sys.argv[0] = 'pgmem'; sys.exit(main())"
@@ -86,13 +90,12 @@ RUN_CLI = "import sys; from pgmem.cli import main; sys.argv[0] = 'pgmem'; sys.ex
 def run_import(code: Path, dsn: str, path: Path) -> dict:
     """``pgmem import PATH --json`` with the package at ``code``: the summary, plus ``wall`` seconds."""
     env = {**os.environ, "PYTHONPATH": str(code)}
-    cmd = [sys.executable, "-c", RUN_CLI, "import", str(path), "--dsn", dsn, "--role", "pgmem_gateway",
-           "--space", "minilm", "--json"]
+    cmd = [sys.executable, "-c", RUN_CLI, "import", str(path), "--dsn", dsn, "--role", "pgmem_gateway", "--json"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    if proc.returncode not in (0, 1):
-        sys.exit(f"pgmem import failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    if proc.returncode not in (0, 1) or "{" not in proc.stdout:
+        sys.exit(f"pgmem import failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout[proc.stdout.index("{"):])
     out["wall"] = wall
     return out
