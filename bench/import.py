@@ -13,7 +13,8 @@ What it does
    (b) ``locomo.json``: the first ``--locomo-conversations`` conversations (default all) as a LoCoMo file.
 2. Extracts the baseline commit (``--baseline``, default the commit before the import changes) with
    ``git archive`` into that directory.
-3. For each code (baseline, this checkout) and each file: a fresh database, then ``pgmem import FILE`` as a
+3. For each code (baseline, this checkout) and each file: a fresh database migrated by that code's own
+   migrations, then ``pgmem import FILE`` as a
    process (``--json``, acting as ``pgmem_gateway``, the default space and embedder: all-MiniLM-L6-v2 in
    numpy, contextual vectors on), twice: the first run imports the file, the second finds every record
    stored (the duplicate re-import). Reported: memories/s of the import's own clock (``seconds`` of its
@@ -21,7 +22,9 @@ What it does
 4. The embedder's own rate on this machine, in the same run: all-MiniLM-L6-v2 on the first
    ``--embed-sample`` distinct texts a first import of the JSONL file embeds (contents, sentences, contexts),
    in one call, for each ``--batch-sizes`` value: the bound on any import with these vectors.
-The machine's load average (1 minute) is printed with every figure. Output: a table on stdout and
+``--embedder pgmem.testing:HashEmbedder`` runs the imports with the tests' hashing embedder instead (fast), to
+measure the duplicate re-import of large files: a second run embeds nothing with either embedder. The
+machine's load average (1 minute) is printed with every figure. Output: a table on stdout and
 ``OUT/import.csv``.
 """
 
@@ -68,29 +71,43 @@ def write_inputs(src: Path, tmp: Path, lines: int, conversations: int | None) ->
 
 def extract(ref: str, dest: Path) -> Path:
     dest.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "pgmem"], check=True, capture_output=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "pgmem", "sql"], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     return dest
 
 
-def fresh(dsn: str | None) -> str:
+def fresh(dsn: str | None, code: Path, database: str) -> str:
+    """A new database, migrated by the migrations of the code at ``code`` (the baseline runs on its own schema)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import recall_locomo as rl
 
-    from pgmem import migrations
-
-    url = rl.fresh_database(dsn, DATABASE)
-    migrations.migrate(url)
+    url = rl.fresh_database(dsn, database)
+    subprocess.run([sys.executable, "-c", "import sys; from pgmem import migrations; migrations.migrate(sys.argv[1])",
+                    url], env={**os.environ, "PYTHONPATH": str(code)}, check=True, capture_output=True)
     return url
 
 
 RUN_CLI = "import sys; from pgmem.cli import main; sys.argv[0] = 'pgmem'; sys.exit(main())"
+# The function the command calls, in a process of its own (so the baseline's package is the one imported):
+# import_file as the gateway, the summary as JSON.
+RUN_FN = """
+import json, sys
+from pgmem import Memory, importer
+with Memory(sys.argv[1], role="pgmem_gateway") as m:
+    s = importer.import_file(m, sys.argv[2], progress=lambda n: None)
+print(json.dumps({"rows": s.rows, "added": s.added, "duplicates": s.duplicates,
+                  "failures": [f.where for f in s.failures], "seconds": s.seconds}))
+"""
 
 
-def run_import(code: Path, dsn: str, path: Path) -> dict:
-    """``pgmem import PATH --json`` with the package at ``code``: the summary, plus ``wall`` seconds."""
+def run_import(code: Path, dsn: str, path: Path, embedder: str | None = None, via: str = "cli") -> dict:
+    """``pgmem import PATH --json`` with the package at ``code`` (``embedder``: ``PGMEM_EMBEDDER`` for it): the
+    summary, plus ``wall`` seconds."""
     env = {**os.environ, "PYTHONPATH": str(code)}
-    cmd = [sys.executable, "-c", RUN_CLI, "import", str(path), "--dsn", dsn, "--role", "pgmem_gateway", "--json"]
+    if embedder:
+        env["PGMEM_EMBEDDER"] = embedder
+    cmd = [sys.executable, "-c", RUN_CLI, "import", str(path), "--dsn", dsn, "--role", "pgmem_gateway", "--json"] \
+        if via == "cli" else [sys.executable, "-c", RUN_FN, dsn, str(path)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -133,8 +150,13 @@ def main(argv=None) -> int:
     ap.add_argument("--locomo-conversations", type=int, default=None, metavar="N", help="default: all")
     ap.add_argument("--batch-sizes", default="16,32,64,128", help="embedder batch sizes to time")
     ap.add_argument("--embed-sample", type=int, default=600, help="texts timed per embedder batch size")
+    ap.add_argument("--embedder", help="PGMEM_EMBEDDER for the imports (e.g. pgmem.testing:HashEmbedder, to "
+                                       "measure the duplicate re-import of large files without waiting for the model)")
+    ap.add_argument("--via", choices=("cli", "function"), default="cli",
+                    help="cli: `pgmem import` as a process; function: importer.import_file in a process of its own")
     ap.add_argument("--skip-locomo", action="store_true", help="only the JSONL file")
     ap.add_argument("--dsn", help="postgresql:// URL of a server whose user may CREATE DATABASE (default: embedded)")
+    ap.add_argument("--database", default=DATABASE, help=f"database dropped and re-created (default {DATABASE})")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
     args = ap.parse_args(argv)
 
@@ -144,13 +166,14 @@ def main(argv=None) -> int:
         jsonl, locomo, records = write_inputs(args.data, tmp, args.lines, args.locomo_conversations)
         codes = {"baseline " + args.baseline: extract(args.baseline, tmp / "baseline"), "this code": ROOT}
         print(f"load average {load()} at start; {len(records)} JSONL lines; baseline {args.baseline}", flush=True)
-        rates = embed_rate(records, [int(b) for b in args.batch_sizes.split(",")], args.embed_sample)
+        rates = embed_rate(records, [int(b) for b in args.batch_sizes.split(",")], args.embed_sample) \
+            if args.embed_sample > 0 else []
         files = [("jsonl", jsonl)] + ([] if args.skip_locomo else [("locomo", locomo)])
         for kind, path in files:
             for label, code in codes.items():
-                dsn = fresh(args.dsn)
+                dsn = fresh(args.dsn, code, args.database)
                 for run in ("first", "again"):
-                    s = run_import(code, dsn, path)
+                    s = run_import(code, dsn, path, args.embedder, args.via)
                     row = {"file": kind, "code": label, "run": run, "rows": s["rows"], "added": s["added"],
                            "duplicates": s["duplicates"], "failures": len(s["failures"]),
                            "seconds": s["seconds"], "rows_per_s": s["rows"] / s["seconds"] if s["seconds"] else 0.0,
@@ -172,8 +195,10 @@ def main(argv=None) -> int:
             b, n = by[(kind, base, run)], by[(kind, "this code", run)]
             print(f"| {kind} | {run} | {b['rows_per_s']:.1f} | {n['rows_per_s']:.1f} | "
                   f"{n['rows_per_s'] / b['rows_per_s']:.1f}x | {b['rows_per_s_wall']:.1f} / {n['rows_per_s_wall']:.1f} |")
-    best = max(rates, key=lambda x: x[2])
-    print(f"embedder alone: {', '.join(f'batch {b}: {r:.0f} texts/s' for b, _, r in rates)} (best {best[0]}); "
+    if rates:
+        best = max(rates, key=lambda x: x[2])
+        print(f"embedder alone: {', '.join(f'batch {b}: {r:.0f} texts/s' for b, _, r in rates)} (best {best[0]})")
+    print(f"embedder of the imports: {args.embedder or 'the default (all-MiniLM-L6-v2, numpy)'}; "
           f"load average now {load()}")
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "import.csv", "w", newline="") as fh:
