@@ -1,4 +1,4 @@
-"""Never lose an accepted write (issue 4, cases C24-C25): idempotent client ids, the background writer
+"""Never lose an accepted write (cases C24-C25): idempotent client ids, the background writer
 (batches, backpressure, flush, close), the durable journal and its replay, one retry after a broken
 connection, SIGTERM, SIGKILL, a database stopped mid-stream, and a pool of one under twenty threads.
 
