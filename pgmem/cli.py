@@ -80,7 +80,7 @@ class _Invoke(TyperGroup):
 
 
 # Help reads like git's or psql's: plain text (no boxes), -h as well as --help, commands grouped by what they
-# are for, one line each. A command missing here is listed under "Other commands" (tests/test_cli_help.py).
+# are for, one line each. A command missing here is listed under "Other commands" (tests/cli/test_cli_spaces.py).
 COMMAND_GROUPS: dict[str, list[tuple[str, str]]] = {
     "Memories": [
         ("add", "Store a memory"),

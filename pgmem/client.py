@@ -266,7 +266,7 @@ _VECTOR_ROWS = record_rows(MemoryRecord, score_from="similarity")  # vector sear
 
 def _params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The parameters of the named query ``name`` of queries.sql. It only returns ``params``: the name makes a
-    builder's dict checkable against the query's placeholders (tests/test_signatures.py)."""
+    builder's dict checkable against the query's placeholders (tests/schema/test_signatures.py)."""
     return params
 
 
