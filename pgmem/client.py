@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -937,15 +938,18 @@ class Memory(MemoryBase):
             self.dsn = conninfo
             # One direct attempt first, so that a wrong DSN, a missing extension or a role the login may not
             # assume fails at once with the server's own message (the pool would retry for 30 s and log it).
-            try:
-                with psycopg.connect(conninfo, connect_timeout=10) as probe:
-                    _register_vector(probe)  # SchemaError at once when the vector extension is missing
-                    if self.role:
-                        probe.execute("SELECT set_config('role', %s, false)", (self.role,))
-            except psycopg.Error as exc:
-                if getattr(exc, "sqlstate", None) is None:
-                    raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
-                raise _role_error(from_psycopg(exc), self.role) from exc
+            # Not for the embedded server with its own role: resolve_dsn has just reached and migrated it, and
+            # the probe was a connection and three type lookups more in every CLI command.
+            if not (embedded and role is ...):
+                try:
+                    with psycopg.connect(conninfo, connect_timeout=10) as probe:
+                        _register_vector(probe)  # SchemaError at once when the vector extension is missing
+                        if self.role:
+                            probe.execute("SELECT set_config('role', %s, false)", (self.role,))
+                except psycopg.Error as exc:
+                    if getattr(exc, "sqlstate", None) is None:
+                        raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
+                    raise _role_error(from_psycopg(exc), self.role) from exc
             pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, configure=self._configure,
                                   check=self._check, open=False, name="pgmem")
             try:
@@ -997,9 +1001,11 @@ class Memory(MemoryBase):
     def close(self) -> None:
         """Close the connection pool (when this client created it), after draining its background writers."""
         if self._owns_pool and self.pool is not None:
-            from .writer import close_writers
-
-            close_writers(self.pool)
+            # Background writers exist only where pgmem.writer was imported: a client that never made one
+            # (a CLI command) does not import it just to find none (45 ms of start-up).
+            writers = sys.modules.get(f"{__package__}.writer")
+            if writers is not None:
+                writers.close_writers(self.pool)
             self.pool.close()
 
     def __enter__(self) -> Memory:

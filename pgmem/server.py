@@ -80,9 +80,15 @@ def start(path: Path | None = None, *, notice: bool = True) -> ServerStatus:
     is true, one line on stderr says so and how to stop it: a script or test run otherwise leaves a
     PostgreSQL running without a word."""
     path = path or data_dir()
+    st = status(path)
+    if st.running:
+        # Already running (the common case for every command after the first): no server handle, whose
+        # set-up records this process in the data directory's handle list, a file write per command.
+        _ensure_database(st.url("postgres"))
+        return st
     pg = _pgserver()
     path.parent.mkdir(parents=True, exist_ok=True)
-    was_running = status(path).running
+    was_running = False
     try:
         server = pg.get_server(path, cleanup_mode=None)
         if not status(path).running:  # a handle this process cached before a stop(): start it again
