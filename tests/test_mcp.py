@@ -67,7 +67,7 @@ def test_tools_schemas_and_round_trip(dsn: str, admin: psycopg.Connection) -> No
                 assert tools[name].description
             assert set(schemas["remember"]["properties"]) == {"content", "metadata", "session_id"}
             assert schemas["remember"]["required"] == ["content"]
-            assert set(schemas["recall"]["properties"]) == {"query", "k", "filter"}
+            assert set(schemas["recall"]["properties"]) == {"query", "k", "filter", "min_score"}
             assert schemas["recall"]["required"] == ["query"]
             assert set(schemas["edit"]["required"]) == {"id", "old", "new"}
             assert schemas["forget"]["required"] == ["id"] and schemas["history"]["required"] == ["id"]
