@@ -1526,6 +1526,11 @@ def main() -> None:
     # The model's loading progress bars and notices are noise at a terminal (and in scripts reading stderr).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # httpcore (under httpx, the HTTP embedder's client) imports trio when it is installed, only to run under
+    # trio's event loop, which no command of this process uses (asyncio for mcp and serve): 100-200 ms of
+    # every command with the HTTP embedder (docs/cli.md). Marked absent for this process only.
+    if "trio" not in sys.modules:
+        sys.modules["trio"] = None  # type: ignore[assignment]
     app()
 
 

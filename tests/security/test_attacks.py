@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 import psycopg
 import pytest
@@ -258,6 +259,32 @@ def test_a_binding_does_not_pass_to_a_new_role_of_the_same_name(bench):
         assert error_of(conn, "SELECT * FROM pgmem.list('t3')").sqlstate == "PGM01"
         assert conn.execute("SELECT count(*) FROM pgmem.memories_view").fetchone() == (0,)
         assert error_of(conn, "SELECT pgmem.act_as('alice')").sqlstate == "PGM01"
+
+
+def test_bindings_follow_role_names_that_need_quoting(bench):
+    """The identity lookup finds the session's role by its exact name (quoted, never case-folded or split
+    at a dot): a bound login named like another, unbound one, differing only in case or quoting, keeps its
+    binding, and the other gets none."""
+    from conftest import SOCKET_DIR
+
+    bound, other = f'Agent "Q" {uuid.uuid4().hex[:6]}.x', None
+    other = bound.lower().replace('"', "")
+    for name in (bound, other):
+        quoted = '"' + name.replace('"', '""') + '"'
+        bench.admin.execute(f"CREATE ROLE {quoted} LOGIN")
+        bench.admin.execute(f"GRANT pgmem_agent TO {quoted}")
+        bench.roles.append(name)
+    with psycopg.connect(bench.dsn(bench.owner), autocommit=True) as owner:
+        owner.execute("SELECT pgmem.bind_role(%s, 'alice')", [bound])
+    with psycopg.connect(host=str(SOCKET_DIR), dbname=bench.dbname, user=bound, autocommit=True) as conn:
+        assert conn.execute("SELECT pgmem.current_user_id()").fetchone() == ("alice",)
+        assert conn.execute("SELECT pgmem.act_as('alice')").fetchone() == ("alice",)
+        assert error_of(conn, "SELECT pgmem.act_as('bob')").sqlstate == "PGM01"
+        assert sorted(r[0] for r in conn.execute("SELECT content FROM pgmem.list('t3')")) == \
+            ["alice secret one", "alice secret two"]
+    with psycopg.connect(host=str(SOCKET_DIR), dbname=bench.dbname, user=other, autocommit=True) as conn:
+        assert conn.execute("SELECT pgmem.current_user_id()").fetchone() == (None,)
+        assert error_of(conn, "SELECT * FROM pgmem.list('t3')").sqlstate == "PGM01"
 
 
 def test_row_level_security_still_decides_inside_the_api(bench):
