@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from service_helpers import PASSWORD, api, running_service
+from support.service_helpers import PASSWORD, api, running_service
 
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM = next((p for p in (os.environ.get("PGMEM_CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser"))
                  if p), None)
 

@@ -1,4 +1,4 @@
-"""Failure cases C16-C24 (docs: /work/shared/cases/CASES.md): scoped deletes, injection-shaped filters,
+"""Failure cases C16-C24: scoped deletes, injection-shaped filters,
 history, timestamps, metadata merge, filter operators, concurrent duplicates and broken connections.
 Through the Python client and through the stored functions directly."""
 

@@ -23,7 +23,7 @@ import pytest
 
 from pgmem.testing import checkout_key
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # one venv per checkout: the venv installs this checkout editable, so two checkouts must not share one
 VENV = Path(os.environ.get("PGMEM_HERMES_VENV") or f"/tmp/pgmem-hermes-venv-{checkout_key(REPO)}")
 HERMES_VERSION = "0.19.0"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "deploy" / "compose.yaml").read_text(encoding="utf-8"))
 PINNED = re.compile(r"^[\w./-]+:(?!latest$)[\w.-]*\d[\w.-]*(@sha256:[0-9a-f]{64})?$")
 

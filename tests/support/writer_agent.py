@@ -1,6 +1,6 @@
-"""A writer process for tests/test_writer.py (spawned with sys.executable; not a test module).
+"""A writer process for tests/writes/test_writer.py (spawned with sys.executable; not a test module).
 
-    python tests/writer_agent.py MODE DSN JOURNAL_DIR CLIENT_NAME [N]
+    python tests/support/writer_agent.py MODE DSN JOURNAL_DIR CLIENT_NAME [N]
 
 MODE:
 - ``queue``: submit N writes, write their ids to JOURNAL_DIR/../ids-CLIENT_NAME.txt, print ``queued``, then

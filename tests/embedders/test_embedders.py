@@ -27,7 +27,7 @@ def http_server():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("embedding_server.py")), str(port)],
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "support" / "embedding_server.py"), str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120

@@ -1,5 +1,5 @@
 """A real OpenAI-compatible embeddings server for tests: POST /v1/embeddings with real all-MiniLM-L6-v2
-vectors, run as its own process (``python tests/embedding_server.py PORT``).
+vectors, run as its own process (``python tests/support/embedding_server.py PORT``).
 
 Models served:
 - ``all-MiniLM-L6-v2`` (also as ``sentence-transformers/all-MiniLM-L6-v2``, the local embedder's name, so a

@@ -2,7 +2,7 @@
 
 One dataset per module: 51,000 clustered unit vectors of 64 dimensions (a Gaussian mixture on the unit
 sphere, fixed seed) spread over tenants of very different sizes, all in one embedding space with one shared
-HNSW index, as in /work/shared/notes/filtered-search.md. Rows go in through the API (``add_batch`` through
+HNSW index. Rows go in through the API (``add_batch`` through
 the gateway role, 5,000 per batch). To keep the module fast, the space's HNSW index is dropped during the
 load and re-created afterwards from its own ``pg_get_indexdef`` (a bulk build of the same index instead of
 51,000 incremental inserts into it).

@@ -16,7 +16,7 @@ import schema_source as src
 import sqlgen
 from conftest import dsn_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pgmem import migrations
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_importing_the_cli_loads_no_client_no_numpy_no_model():

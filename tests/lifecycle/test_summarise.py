@@ -1,12 +1,12 @@
 """The optional summariser (pgmem.summarise.LLMSummariser) against a local stub of the OpenAI chat-completions
-protocol (tests/chat_server.py): facts through consolidate, idempotency, provider errors that lose no turn,
+protocol (tests/support/chat_server.py): facts through consolidate, idempotency, provider errors that lose no turn,
 configuration from the environment. No real model is called here (docs/integrations.md)."""
 
 from __future__ import annotations
 
 import pytest
 
-from chat_server import serve
+from support.chat_server import serve
 from pgmem.errors import SummariserError, ValidationError
 from pgmem.summarise import SYSTEM_PROMPT, LLMSummariser, parse_facts
 

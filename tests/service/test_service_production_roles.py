@@ -13,7 +13,7 @@ from psycopg import sql
 from pgmem import migrations
 
 from conftest import dsn_for
-from service_helpers import api, bootstrap, issue_key, running_service
+from support.service_helpers import api, bootstrap, issue_key, running_service
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 hermes-agent 0.19.0's MemoryManager: identity per platform, the built-in memory tool's add / replace /
 remove mirrored exactly, the pending file private, an embedder that does not fit the space refused, and
 `pgmem install-plugin hermes` without hermes-agent. The same provider under hermes' own MemoryManager:
-tests/test_hermes.py."""
+tests/integrations/test_hermes.py."""
 
 from __future__ import annotations
 

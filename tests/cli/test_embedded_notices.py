@@ -44,8 +44,8 @@ def test_the_demo_on_your_own_server_says_nothing_about_stopping(dsn):
 
 def test_each_checkout_has_its_own_test_server(monkeypatch):
     monkeypatch.delenv("PGMEM_TEST_DATA_DIR", raising=False)
-    a, b = test_data_dir("/work/one"), test_data_dir("/work/two")
-    assert a != b and a == test_data_dir(Path("/work/one/.").resolve())
-    assert checkout_key("/work/one") in str(a) and a.name == "pgdata"
+    a, b = test_data_dir("/srv/one"), test_data_dir("/srv/two")
+    assert a != b and a == test_data_dir(Path("/srv/one/.").resolve())
+    assert checkout_key("/srv/one") in str(a) and a.name == "pgdata"
     monkeypatch.setenv("PGMEM_TEST_DATA_DIR", "/tmp/explicit")
-    assert test_data_dir("/work/one") == Path("/tmp/explicit")
+    assert test_data_dir("/srv/one") == Path("/tmp/explicit")

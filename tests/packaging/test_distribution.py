@@ -10,7 +10,7 @@ from pathlib import Path
 import pgmem
 from pgmem.integrations import install
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DIST = "pgmem-agents"
 
 # A pip (or uv pip / pipx) install command up to the end of the line, a backtick, a shell separator or comment.

@@ -1,9 +1,9 @@
-"""Never lose an accepted write (issue 4, cases C24-C25): idempotent client ids, the background writer
+"""Never lose an accepted write (cases C24-C25): idempotent client ids, the background writer
 (batches, backpressure, flush, close), the durable journal and its replay, one retry after a broken
 connection, SIGTERM, SIGKILL, a database stopped mid-stream, and a pool of one under twenty threads.
 
 Real processes and real servers: the per-test database of tests/conftest.py, a second throwaway cluster for
-the outage, writer processes spawned from tests/writer_agent.py. No database mocks.
+the outage, writer processes spawned from tests/support/writer_agent.py. No database mocks.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pgmem.testing import HashEmbedder
 from pgmem.writer import QueueFull, WriterClosed
 
 HERE = Path(__file__).resolve().parent
-AGENT = HERE / "writer_agent.py"
+AGENT = HERE.parent / "support" / "writer_agent.py"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ def terminate(admin: psycopg.Connection, pids: list[int]) -> None:
 def spawn(mode: str, dsn: str, journal_dir: Path, name: str, n: int = 0, **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(AGENT), mode, dsn, str(journal_dir), name, str(n)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(HERE.parent), **env})
+                            env={**os.environ, "PYTHONPATH": str(HERE.parents[1]), **env})
 
 
 def replay(dsn: str, journal_dir: Path, name: str) -> dict:

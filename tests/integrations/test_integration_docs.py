@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from chat_server import serve
+from support.chat_server import serve
 from conftest import dsn_for
 from pgmem import Memory
 from pgmem.integrations.langgraph import PgmemStore
 
 pytestmark = [pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated"),
               pytest.mark.filterwarnings("ignore:Importing Send from langgraph.constants")]  # inside langmem's deps
-DOC = Path(__file__).resolve().parent.parent / "docs" / "integrations.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 SNIPPET = re.compile(r"<!-- snippet: (\w+) -->\n```python\n(.*?)```", re.S)
 
 

@@ -116,3 +116,39 @@ def test_no_import_circle_between_the_client_and_the_writer():
     from pgmem import client
 
     assert client.check_item is validation.check_item and client.count_occurrences is validation.count_occurrences
+
+
+def test_the_cli_keeps_argument_handling_and_printing():
+    """File writes, export files and VACUUM are library code (pgmem.files, pgmem.exports, pgmem.maintenance):
+    the CLI opens no database connection and writes no file of its own."""
+    tree = ast.parse((PACKAGE / "cli.py").read_text(encoding="utf-8"))
+    calls = {(ast.unparse(n.func.value), n.func.attr) for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)}
+    assert not {c for c in calls if c[0] in ("psycopg", "os") and c[1] in ("connect", "open", "replace", "link",
+                                                                            "fsync", "write")}
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "open"]
+    from pgmem import exports, files, maintenance
+
+    assert callable(files.write_output_file) and callable(exports.read_export) and callable(maintenance.vacuum_tables)
+
+
+def test_export_files_are_written_private_and_read_back(tmp_path):
+    import os
+    from uuid import uuid4
+
+    from pgmem import exports, files
+    from pgmem.errors import ValidationError
+
+    rows = [{"kind": "memory", "id": uuid4(), "content": "Alice likes figs"}, {"kind": "turn", "content": "hi"}]
+    path = tmp_path / "alice.jsonl"
+    files.write_output_file(path, exports.jsonl_lines(rows))
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert exports.is_export_file(path)
+    back = exports.read_export(path)
+    assert [r["content"] for r in back] == ["Alice likes figs", "hi"] and back[0]["id"] == str(rows[0]["id"])
+    assert exports.kind_counts(back) == {"memory": 1, "turn": 1, "history": 0}
+    with pytest.raises(ValidationError, match="exists already"):
+        files.write_output_file(path, ["x\n"])
+    path.write_text('{"kind": "memory"}\nnot json\n')
+    with pytest.raises(ValidationError, match="line 2 is not JSON"):
+        exports.read_export(path)

@@ -32,7 +32,7 @@ def dump_schema(dsn: str) -> str:
     """The normalised pg_dump of schema pgmem without owners and privileges."""
     return _dump(dsn, privileges=False)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SQL_DIR = REPO / "sql"
 NAME = re.compile(r"^\d{4}\.[a-z0-9-]+\.sql$")
 # Migration numbers reserved for migrations on other branches; empty once they are merged.

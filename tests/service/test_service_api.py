@@ -15,7 +15,7 @@ import uuid
 import psycopg
 import pytest
 
-from service_helpers import PASSWORD, Browser, api, bootstrap, issue_key, running_service
+from support.service_helpers import PASSWORD, Browser, api, bootstrap, issue_key, running_service
 
 
 @pytest.fixture

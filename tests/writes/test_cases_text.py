@@ -1,4 +1,4 @@
-"""Failure cases C01-C09 (docs: /work/shared/cases/CASES.md): literal text matching and edits, and text or
+"""Failure cases C01-C09: literal text matching and edits, and text or
 JSON the database cannot store. Each case runs over several members of its family, through the Python
 client and, where the case is about SQL, through the stored functions directly."""
 

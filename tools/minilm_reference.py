@@ -2,7 +2,7 @@
 embedder. Run once, from the repository root, in an environment with sentence-transformers installed
 (``pip install -e '.[sentence-transformers]'``)::
 
-    python tests/minilm_reference.py
+    python tools/minilm_reference.py
 
 It writes ``tests/data/minilm_sentences.npy`` (the :data:`SENTENCES` below) and ``tests/data/minilm_locomo.npy``
 with ``tests/data/minilm_locomo.sha256`` (the first :data:`LOCOMO_TURNS` turns of ``../shared/data/locomo/
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data"
+DATA = ROOT / "tests" / "data"
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
 LOCOMO_TURNS = 1000
 

@@ -1,5 +1,5 @@
 """The default embedder: all-MiniLM-L6-v2 in numpy, checked against vectors made once with sentence-transformers
-(tests/minilm_reference.py), and the package's promise that it needs no torch."""
+(tools/minilm_reference.py), and the package's promise that it needs no torch."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pgmem import EmbedderError, MiniLMEmbedder
 from pgmem import embedders
 from minilm_reference import DATA, LOCOMO, LOCOMO_TURNS, SENTENCES, digest, locomo_turns
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_locomo_turns_match_sentence_transformers(minilm):
     turns = locomo_turns()
     assert len(turns) == LOCOMO_TURNS
     assert digest(turns) == (DATA / "minilm_locomo.sha256").read_text(encoding="utf-8").strip(), \
-        f"{LOCOMO} is not the file the reference vectors were made from: rerun tests/minilm_reference.py"
+        f"{LOCOMO} is not the file the reference vectors were made from: rerun tools/minilm_reference.py"
     ref = np.load(DATA / "minilm_locomo.npy")
     out = minilm.embed(turns)
     cos = cosines(out, ref)

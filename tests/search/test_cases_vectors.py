@@ -1,4 +1,4 @@
-"""Failure cases C10-C12 and C26 (docs: /work/shared/cases/CASES.md): embedding dimensions, vectors that
+"""Failure cases C10-C12 and C26: embedding dimensions, vectors that
 have no cosine similarity, the similarity scale, and empty query texts. Through the Python client and
 through the stored functions directly."""
 

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 import pgmem.client
-from pgmem.cli import app, vacuum_tables
+from pgmem.cli import app
+from pgmem.maintenance import vacuum_tables
 from pgmem.journal import Journal
 from pgmem.testing import HashEmbedder
 
