@@ -183,6 +183,25 @@ def with_database(url: str, dbname: str) -> str:
     return urlunsplit(parts._replace(path="/" + dbname))
 
 
+def existing_database(dsn: str | None) -> str | None:
+    """The DSN of ``pgmem_bench_recall`` when it exists and holds memories (a previous run's import), else None."""
+    import psycopg
+
+    if dsn is None:
+        from pgmem import server
+
+        st = server.start()
+        admin, bench = st.url("postgres"), st.url(DATABASE)
+    else:
+        admin, bench = dsn, with_database(dsn, DATABASE)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
+            return None
+    with psycopg.connect(bench, autocommit=True) as conn:
+        has = conn.execute("SELECT to_regclass('pgmem.memories') IS NOT NULL").fetchone()[0]
+        return bench if has and conn.execute("SELECT EXISTS (SELECT 1 FROM pgmem.memories)").fetchone()[0] else None
+
+
 def fresh_database(dsn: str | None, database: str = DATABASE) -> str:
     """Drop and re-create ``database`` (default ``pgmem_bench_recall``); its DSN (a postgresql:// URL)."""
     import psycopg
@@ -347,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=256, help="import batch size")
     ap.add_argument("--systems", default="pgmem",
                     help=f"comma-separated, of {', '.join(SYSTEMS)} (default pgmem: Memory.search in each mode)")
+    ap.add_argument("--reuse", action="store_true",
+                    help=f"keep {DATABASE} when it already holds the import (migrate it, skip the import)")
     ap.add_argument("--check", action="store_true",
                     help=f"exit 1 when hybrid R@10 < {CHECK_R10} or R@5 < {CHECK_R5}")
     args = ap.parse_args(argv)
@@ -368,10 +389,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     modes = MODES if "pgmem" in systems else ()
 
-    dsn = fresh_database(args.dsn)
+    dsn = existing_database(args.dsn) if args.reuse else None
+    reused = dsn is not None
+    if not reused:
+        dsn = fresh_database(args.dsn)
     migrations.migrate(dsn)
     embedder = TimedEmbedder(MiniLMEmbedder())
-    console.print(f"database {DATABASE} re-created and migrated; {len(users)} conversation(s), "
+    console.print(f"database {DATABASE} {'reused' if reused else 're-created'} and migrated; {len(users)} conversation(s), "
                   f"{len(questions)} questions; modes: {', '.join(modes)}")
 
     def bar(label: str) -> Progress:
@@ -381,7 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with Memory(dsn, role="pgmem_gateway", space=SPACE, embedder=embedder) as memory:
         summary = None
         scores: dict[str, Scores] = {}
-        if modes:
+        if modes and reused:
+            console.print("import skipped (--reuse)")
+        if modes and not reused:
             # 2. import
             keep = set(users)
 
@@ -407,6 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for f in summary.failures[:10]:
                 console.print(f"  [red]failed[/red] {f.where}: {f.reason}")
 
+        if modes:
             # 3. questions
             clients = {u: memory.with_identity(user_id=u) for u in users}
             for mode in modes:  # warm-up (model, connections, plans): not measured

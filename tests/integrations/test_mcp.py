@@ -93,6 +93,9 @@ def test_tools_schemas_and_round_trip(dsn: str, admin: psycopg.Connection) -> No
             only_travel = (await call(s, "recall", query="What does Alice drink?",
                                       filter={"topic": "travel"}))["memories"]
             assert [m["id"] for m in only_travel] == [trip["id"]]
+            cut = found[0]["score"]
+            best = (await call(s, "recall", query="What does Alice drink?", k=10, min_score=cut))["memories"]
+            assert [m["id"] for m in best] == [tea["id"]] and all(m["score"] >= cut for m in best)
 
             edited = await call(s, "edit", id=tea["id"], old="green tea", new="oolong")
             assert edited["content"] == "Alice drinks oolong every morning" and edited["version"] == 2
@@ -131,6 +134,7 @@ def test_tools_schemas_and_round_trip(dsn: str, admin: psycopg.Connection) -> No
             assert "not a memory id" in await call_error(s, "history", id="nonsense")
             assert "k" in await call_error(s, "recall", query="tea", k=0)
             assert "empty" in (await call_error(s, "recall", query="   ")).lower()
+            assert "min_score" in await call_error(s, "recall", query="tea", min_score="high")
 
     asyncio.run(run())
     # the rows really are alice's, in the database

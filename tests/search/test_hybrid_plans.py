@@ -24,7 +24,7 @@ from pgmem.cli import app
 
 from conftest import connect
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import schema_source as src  # noqa: E402
 
 NEW_ARGS = ("text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, "

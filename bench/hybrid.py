@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Hybrid search against vector search: SQL p50/p95 of ``pgmem.search_hybrid`` and ``pgmem.search`` on the same
+users, the same questions, in the same run, and their ratio.
+
+    python bench/hybrid.py --data ../shared/data/locomo/locomo-dev.json [--dsn URL] [--reuse]
+                           [--from-database pgmem_bench_recall] [--big-rows 30000] [--rounds 3] [--questions 60]
+
+What it does
+1. The database ``pgmem_bench_hybrid`` (dropped and re-created unless ``--reuse``; on the embedded server, or on
+   the server of ``--dsn``): a copy of ``--from-database`` when given (a database that already holds the LoCoMo
+   import, e.g. the recall benchmark's, so that nothing is embedded again), else a fresh one into which every
+   turn of ``--data`` is imported (``pgmem.importer``, fmt ``locomo``, space ``minilm``, all-MiniLM-L6-v2 with
+   sentence and context vectors). Then it is migrated with this checkout's migrations.
+2. A user ``big`` of ``--big-rows`` memories (default 30,000), made in SQL from the LoCoMo turns: every turn of
+   every conversation repeated (copy j = 0, 1, ...) until the count is reached, its content suffixed
+   ``" (copy j)"`` (so each is new text, in the full-text index too), its session ``session_N-cj`` and its
+   embedding and extra vectors moved by one random unit vector per copy (``l2_normalize(v + 0.15 * r_j)``),
+   so copies are near neighbours but not equal. It has sentence and context vectors like the turns.
+3. Questions: those of categories 1-4 of each conversation (at most ``--questions`` per user), embedded once
+   with MiniLM; the ``big`` user gets the first ``--questions`` of all of them. Each question runs, on one
+   connection as ``pgmem_gateway``, ``SELECT * FROM pgmem.search(pgmem.as_user(u, 'minilm'), e, 10)`` and
+   ``SELECT * FROM pgmem.search_hybrid(pgmem.as_user(u, 'minilm'), q, e, 10)``, interleaved (vector, then
+   hybrid, question by question), ``--rounds`` times after one unmeasured round. The query embedding is given,
+   so no embedding time is counted: "SQL" latency is the wall time of that statement from the client.
+
+Output: p50/p95 in ms of each mode per user class (LoCoMo users, and ``big``), the ratio of hybrid to vector
+p50, and ``bench/out/hybrid.csv``. Needs ``pip install 'pgmem-agents[local]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+DATABASE = "pgmem_bench_hybrid"
+SPACE = "minilm"
+K = 10
+BIG = "big"
+
+
+def url_for(dsn: str | None, dbname: str) -> tuple[str, str]:
+    """(admin URL, URL of ``dbname``) on the embedded server or on the server of ``dsn``."""
+    if dsn is None:
+        from pgmem import server
+
+        st = server.start()
+        return st.url("postgres"), st.url(dbname)
+    parts = urlsplit(dsn)
+    return dsn, urlunsplit(parts._replace(path="/" + dbname))
+
+
+def prepare(args) -> str:
+    import psycopg
+    from psycopg import sql
+
+    from pgmem import migrations
+
+    admin, url = url_for(args.dsn, DATABASE)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone()
+        if not (args.reuse and exists):
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE)))
+            if args.from_database:
+                conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(DATABASE),
+                                                                              sql.Identifier(args.from_database)))
+            else:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+    migrations.migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        n = conn.execute("SELECT count(*) FROM pgmem.memories WHERE user_id <> %s", [BIG]).fetchone()[0]
+    if n == 0:
+        from pgmem import Memory, MiniLMEmbedder, importer
+
+        print(f"importing {args.data} (every turn embedded, with sentence and context vectors) ...", flush=True)
+        with Memory(url, role="pgmem_gateway", space=SPACE, embedder=MiniLMEmbedder()) as memory:
+            s = importer.import_file(memory, args.data, fmt="locomo")
+        print(f"imported {s.rows} turns in {s.seconds:.0f} s", flush=True)
+    make_big(url, args.big_rows)
+    return url
+
+
+def make_big(url: str, rows: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        have = conn.execute("SELECT count(*) FROM pgmem.memories WHERE user_id = %s", [BIG]).fetchone()[0]
+        if have == rows:
+            return
+        t0 = time.perf_counter()
+        with conn.transaction():
+            conn.execute("DELETE FROM pgmem.memories WHERE user_id = %s", [BIG])
+            conn.execute("DELETE FROM pgmem.tenant_sizes WHERE user_id = %s", [BIG])
+            conn.execute("""
+                CREATE TEMP TABLE big_map ON COMMIT DROP AS
+                SELECT t.user_id, t.id, j.j, gen_random_uuid() AS new_id
+                FROM (SELECT m.user_id, m.id, row_number() OVER (ORDER BY m.user_id, m.created_at, m.seq) AS r
+                      FROM pgmem.memories m WHERE m.user_id <> %(big)s) t
+                CROSS JOIN generate_series(0, 1000) AS j(j)
+                WHERE j.j * (SELECT count(*) FROM pgmem.memories WHERE user_id <> %(big)s) + t.r <= %(rows)s""",
+                         {"big": BIG, "rows": rows})
+            conn.execute("""
+                CREATE TEMP TABLE big_noise ON COMMIT DROP AS
+                SELECT j.j, (SELECT array_agg(0.15 * x)::real[]::vector
+                             FROM unnest(l2_normalize(ARRAY(SELECT random() - 0.5 FROM generate_series(1, 384) g
+                                                            WHERE j.j >= 0)::vector)::real[]) x) AS r
+                FROM (SELECT DISTINCT j FROM big_map) j""")
+            conn.execute("""
+                INSERT INTO pgmem.memories (user_id, id, space_id, agent_id, session_id, content, embedding, metadata,
+                                            created_at, updated_at, valid_from)
+                SELECT %(big)s, b.new_id, m.space_id, m.agent_id, coalesce(m.session_id, 's') || '-c' || b.j,
+                       m.content || ' (copy ' || b.j || ')',
+                       l2_normalize(m.embedding + n.r), m.metadata,
+                       m.created_at, m.updated_at, m.valid_from
+                FROM big_map b JOIN pgmem.memories m ON m.user_id = b.user_id AND m.id = b.id
+                JOIN big_noise n ON n.j = b.j""", {"big": BIG})
+            conn.execute("""
+                INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+                SELECT %(big)s, b.new_id, v.n, v.kind, l2_normalize(v.embedding + n.r)
+                FROM big_map b JOIN pgmem.memory_vectors v ON v.user_id = b.user_id AND v.memory_id = b.id
+                JOIN big_noise n ON n.j = b.j""", {"big": BIG})
+        conn.execute("VACUUM ANALYZE pgmem.memories")
+        conn.execute("VACUUM ANALYZE pgmem.memory_vectors")
+        print(f"user {BIG}: {rows} memories made in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def questions(path: Path, per_user: int) -> tuple[dict[str, list[str]], list[str]]:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    by_user = {}
+    for s in data:
+        qs = [qa["question"] for qa in s.get("qa") or [] if qa.get("category") in (1, 2, 3, 4) and qa.get("evidence")]
+        by_user[str(s["sample_id"])] = qs[:per_user]
+    every = [q for qs in by_user.values() for q in qs]
+    return by_user, every[:per_user]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, type=Path, help="LoCoMo JSON file (e.g. locomo-dev.json)")
+    ap.add_argument("--dsn", help="postgresql:// URL of a server whose user may CREATE DATABASE")
+    ap.add_argument("--reuse", action="store_true", help=f"keep {DATABASE} if it exists")
+    ap.add_argument("--from-database", help="copy this database (holding the LoCoMo import) instead of importing")
+    ap.add_argument("--big-rows", type=int, default=30_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--questions", type=int, default=60, help="questions per user")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
+    args = ap.parse_args(argv)
+
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from pgmem import MiniLMEmbedder
+
+    url = prepare(args)
+    by_user, big_qs = questions(args.data, args.questions)
+    texts = sorted({q for qs in by_user.values() for q in qs} | set(big_qs))
+    emb = dict(zip(texts, MiniLMEmbedder().embed(texts)))
+    work = [(u, q) for u, qs in by_user.items() for q in qs] + [(BIG, q) for q in big_qs]
+
+    conn = psycopg.connect(url, autocommit=True)
+    register_vector(conn)
+    conn.execute("SET ROLE pgmem_gateway")
+    vec_sql = "SELECT * FROM pgmem.search(pgmem.as_user(%s, 'minilm'::text), %s, %s)"
+    hyb_sql = "SELECT * FROM pgmem.search_hybrid(pgmem.as_user(%s, 'minilm'::text), %s, %s, %s)"
+
+    def once(user, q):
+        t0 = time.perf_counter()
+        conn.execute(vec_sql, (user, emb[q], K)).fetchall()
+        t1 = time.perf_counter()
+        conn.execute(hyb_sql, (user, q, emb[q], K)).fetchall()
+        t2 = time.perf_counter()
+        return (t1 - t0) * 1000, (t2 - t1) * 1000
+
+    for u, q in work:  # unmeasured: plans, caches, the big user's routing size
+        once(u, q)
+    got = {"locomo": ([], []), BIG: ([], [])}
+    for _ in range(args.rounds):
+        for u, q in work:
+            v, h = once(u, q)
+            cls = BIG if u == BIG else "locomo"
+            got[cls][0].append(v)
+            got[cls][1].append(h)
+    conn.close()
+
+    with psycopg.connect(url) as c:
+        counts = dict(c.execute("SELECT user_id, count(*) FROM pgmem.memories GROUP BY 1").fetchall())
+    small = [counts[u] for u in by_user if u in counts]
+    print(f"k={K}; LoCoMo users {min(small)}-{max(small)} memories ({len(by_user)} users), user {BIG} "
+          f"{counts.get(BIG, 0)} memories; {args.rounds} rounds, vector and hybrid interleaved; ms from the client, "
+          "query embedding given")
+    print(f"{'users':10s} {'calls':>6s} {'vector p50':>11s} {'p95':>8s} {'hybrid p50':>11s} {'p95':>8s} {'hybrid/vector':>14s}")
+    rows = []
+    for cls, (v, h) in got.items():
+        vp50, vp95 = statistics.median(v), float(np.percentile(v, 95))
+        hp50, hp95 = statistics.median(h), float(np.percentile(h, 95))
+        print(f"{cls:10s} {len(v):6d} {vp50:11.2f} {vp95:8.2f} {hp50:11.2f} {hp95:8.2f} {hp50 / vp50:13.2f}x")
+        rows.append({"users": cls, "calls": len(v), "vector_p50_ms": round(vp50, 3), "vector_p95_ms": round(vp95, 3),
+                     "hybrid_p50_ms": round(hp50, 3), "hybrid_p95_ms": round(hp95, 3),
+                     "ratio_p50": round(hp50 / vp50, 3)})
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "hybrid.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {args.out / 'hybrid.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
