@@ -2,7 +2,7 @@
 """Retrieval recall of pgmem on LoCoMo conversations (dense, full-text and hybrid search).
 
     python bench/recall_locomo.py --data ../shared/data/locomo/locomo-dev.json [--dsn DSN] [--out bench/out]
-                                  [--limit-conversations N] [--check]
+                                  [--limit-conversations N] [--database NAME] [--check]
 
 What it does
 1. Drops and re-creates the database ``pgmem_bench_recall`` (on the embedded server, or on the server of
@@ -199,8 +199,8 @@ def fresh_database(dsn: str | None, database: str = DATABASE) -> str:
     else:
         if not dsn.startswith(("postgresql://", "postgres://")):
             sys.exit("--dsn must be a postgresql:// URL (the benchmark's database replaces its database name)")
-        if urlsplit(dsn).path.strip("/") in (DATABASE, LG_DATABASE):
-            sys.exit(f"--dsn must name another database than {DATABASE} (it is dropped and re-created)")
+        if urlsplit(dsn).path.strip("/") in (DATABASE, LG_DATABASE, database):
+            sys.exit(f"--dsn must name another database than {database} (it is dropped and re-created)")
         admin, bench = dsn, with_database(dsn, database)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
@@ -347,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out", help="output directory")
     ap.add_argument("--limit-conversations", type=int, default=None, metavar="N",
                     help="only the first N conversations of the file")
+    ap.add_argument("--database", default=DATABASE,
+                    help=f"database to drop and re-create (default {DATABASE}); another name lets two runs share "
+                         "a server")
     ap.add_argument("--batch-size", type=int, default=256, help="import batch size")
     ap.add_argument("--systems", default="pgmem",
                     help=f"comma-separated, of {', '.join(SYSTEMS)} (default pgmem: Memory.search in each mode)")
@@ -371,10 +374,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     modes = MODES if "pgmem" in systems else ()
 
-    dsn = fresh_database(args.dsn)
+    dsn = fresh_database(args.dsn, args.database)
     migrations.migrate(dsn)
     embedder = TimedEmbedder(MiniLMEmbedder())
-    console.print(f"database {DATABASE} re-created and migrated; {len(users)} conversation(s), "
+    console.print(f"database {args.database} re-created and migrated; {len(users)} conversation(s), "
                   f"{len(questions)} questions; modes: {', '.join(modes)}")
 
     def bar(label: str) -> Progress:

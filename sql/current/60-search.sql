@@ -374,7 +374,7 @@ $def$); END $pgmem$;
 COMMENT ON FUNCTION pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) IS
     'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match (for searches without a metadata filter or as-of: one generated statement, planned once per connection, that counts and finds the k nearest), else HNSW with iterative scan (ef_search max(pgmem.hnsw_ef_search, default 100, 2k); the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
 
-CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT 0.4, p_vector_weight double precision DEFAULT 0.6, p_speaker_weight double precision DEFAULT 0.2, p_session_weight double precision DEFAULT 0.4, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone)
+CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT 0.5, p_vector_weight double precision DEFAULT 0.5, p_speaker_weight double precision DEFAULT 0.1, p_session_weight double precision DEFAULT 0.6, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS SETOF pgmem.hybrid_hit
  LANGUAGE plpgsql
  SET "hnsw.ef_search" TO '40'
@@ -397,6 +397,11 @@ DECLARE
     v_cand text;
     v_rows pgmem.hybrid_hit[];
     v_exact boolean;
+    -- The scoring constants (docs/recall.md, chosen by cross-validation over LoCoMo conversations): a
+    -- meaning cosine at or below the floor is no match; the context vector counts for this share next to the
+    -- memory's own (or best sentence) vector.
+    c_cosine_floor constant double precision := 0.4;
+    c_context_weight constant double precision := 0.5;
 BEGIN
     -- White space as Python's str.strip() sees it (pgmem.validation.check_query), not only ' '.
     IF p_query IS NULL OR p_query ~ '^[[:space:]\u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$' THEN
@@ -472,27 +477,39 @@ BEGIN
             SELECT tfe.id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
                                * tfe.tf * 2.2 / (tfe.tf + 1.2 * (0.5 + 0.5 * tfe.dl / st.avgdl))) AS s
             FROM tfe JOIN df USING (lexeme) CROSS JOIN st GROUP BY tfe.id),
-        dn AS MATERIALIZED (  -- best of the memory's own and sentence vectors, plus its context vector (else its own)
+        qi AS (  -- the idf of every query lexeme, one found in no candidate included: a memory of average
+                 -- length holding each query word once has BM25 = this sum, the text part's 1
+            SELECT coalesce(sum(ln(1 + (st.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5))), 0) AS idf
+            FROM unnest($13::text[]) AS l(lexeme) LEFT JOIN df ON df.lexeme = l.lexeme CROSS JOIN st),
+        dn0 AS MATERIALIZED (  -- best of the memory's own and sentence vectors; its context vector (else its own)
             SELECT u.id, 1 - (u.embedding OPERATOR(@vector@.<=>) $9) AS sim,
                    greatest(1 - (u.embedding OPERATOR(@vector@.<=>) $9),
                             coalesce((SELECT max(1 - (v.embedding OPERATOR(@vector@.<=>) $9)) FROM pgmem.memory_vectors v
-                                      WHERE v.user_id = $1 AND v.memory_id = u.id AND v.kind = 'sentence'), -1))
-                 + coalesce((SELECT 1 - (v.embedding OPERATOR(@vector@.<=>) $9) FROM pgmem.memory_vectors v
+                                      WHERE v.user_id = $1 AND v.memory_id = u.id AND v.kind = 'sentence'), -1)) AS os,
+                   coalesce((SELECT 1 - (v.embedding OPERATOR(@vector@.<=>) $9) FROM pgmem.memory_vectors v
                              WHERE v.user_id = $1 AND v.memory_id = u.id AND v.kind = 'context' ORDER BY v.n LIMIT 1),
-                            1 - (u.embedding OPERATOR(@vector@.<=>) $9)) AS s
+                            1 - (u.embedding OPERATOR(@vector@.<=>) $9)) AS cx
             FROM u),
+        dn AS (SELECT d.id, d.sim, d.os + d.cx AS s, (d.os + $22 * d.cx) / (1 + $22) AS mc FROM dn0 d),
         raw AS (
-            SELECT u.*, wl.sess, coalesce(bm.s, 0) AS bs, coalesce(dn.s, 0) AS ds, dn.sim,
+            SELECT u.*, wl.sess, coalesce(bm.s, 0) AS bs, coalesce(dn.s, 0) AS ds, coalesce(dn.mc, 0) AS mc, dn.sim,
                    (EXISTS (SELECT 1 FROM unnest(to_tsvector($15::regconfig, coalesce(u.metadata ->> 'speaker', ''))) AS x
                             WHERE x.lexeme = ANY($13)))::integer::float8 AS spk
             FROM u JOIN wl ON wl.id = u.id JOIN dn ON dn.id = u.id LEFT JOIN bm ON bm.id = u.id),
-        fused AS (
-            SELECT r.*, $16 * coalesce(r.bs / nullif(max(r.bs) OVER (), 0), 0)
-                      + $17 * coalesce(greatest(r.ds, 0) / nullif(max(greatest(r.ds, 0)) OVER (), 0), 0)
-                      + $18 * r.spk AS f
-            FROM raw r),
-        ranked AS (
-            SELECT f.*, f.f + $19 * max(f.f) OVER (PARTITION BY f.sess) AS score FROM fused f
+        parts AS (  -- absolute parts in [0, 1]: words (BM25F / the query's idf sum) and meaning (own or
+                    -- sentence cosine and, weighted $22, context cosine, rescaled from the floor $21 up to 1)
+            SELECT r.*, $16 * least(1, coalesce(r.bs / nullif(qi.idf, 0), 0))
+                      + $17 * least(1, greatest(0, (r.mc - $21) / (1 - $21))) AS m
+            FROM raw r CROSS JOIN qi),
+        fused AS (  -- the speaker counts only for a memory that matches by words or meaning itself
+            SELECT p.*, coalesce(p.m, 0) + CASE WHEN coalesce(p.m, 0) > 0 THEN $18 * p.spk ELSE 0 END AS f
+            FROM parts p),
+        ranked AS (  -- session: a share $19 of min(own f, best other f of the session), the own f when alone in it
+                     -- (or without a session); so the session confirms a match, never makes one or raises it
+            SELECT f.*, (f.f + $19 * least(f.f, coalesce(max(f.f) OVER (PARTITION BY f.sess ROWS BETWEEN UNBOUNDED PRECEDING
+                                                                     AND UNBOUNDED FOLLOWING EXCLUDE CURRENT ROW), f.f)))
+                        / greatest(($16 + $17 + $18) * (1 + $19), 1e-9) AS score
+            FROM fused f
             ORDER BY score DESC, f.created_at DESC, f.id LIMIT $10)
         SELECT coalesce(array_agg(ROW(r.id, r.user_id, $11, r.agent_id, r.session_id, r.content, r.metadata, r.created_at,
                                       r.updated_at, nullif(pgmem._expiry(r.expires_at, r.created_at, $20), 'infinity'), r.version, CASE WHEN $9 IS NULL THEN NULL ELSE greatest(-1, least(1, r.sim)) END, r.score, r.bs,
@@ -505,7 +522,7 @@ BEGIN
               (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
               p_k, v_space.name, v_ids, v_lexemes, v_tsquery, v_space.text_config,
               p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END, p_speaker_weight, p_session_weight,
-              v_space.memory_ttl;
+              v_space.memory_ttl, c_cosine_floor, c_context_weight;
         -- The pools can hold fewer than k rows (a selective filter): then score every matching row.
         EXIT WHEN v_exact OR cardinality(v_rows) >= p_k;
         v_exact := true;
@@ -514,4 +531,4 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first. Without p_embedding: full-text only. Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) and vector similarity (best sentence + context), each an absolute part in [0, 1] (BM25 / the idf sum of the query''s lexemes; cosine above a floor), + speaker match (metadata.speaker named in the query) and a session bonus, both only for a memory that matches by itself; score in [0, 1], min(k, matching rows), highest score first. Without p_embedding: full-text only. Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
