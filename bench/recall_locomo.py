@@ -65,7 +65,7 @@ CATEGORIES = (1, 2, 3, 4)
 # The category ids of the file as LoCoMo's evaluation code reads them (task_eval/evaluation.py: category 1 is
 # scored as multi-hop, 2 asks for the conversation's date); the paper lists the types in another order.
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-# Naive baseline of /work/shared/data/locomo/README.md (883 questions, all-MiniLM-L6-v2, turns as "Speaker: text"):
+# Naive baseline of the LoCoMo data set's README (883 questions, all-MiniLM-L6-v2, turns as "Speaker: text"):
 # dense only, PostgreSQL full-text (OR of question words, ts_rank_cd), reciprocal-rank fusion of the two.
 BASELINE = {"vector": ("baseline dense", 0.395, 0.483),
             "text": ("baseline full-text", 0.492, 0.572),
