@@ -16,12 +16,12 @@ question and every candidate memory of its user, the features ``pgmem.search_hyb
   with or without the session window is computed here exactly as the SQL does;
 - ``spk``: a lexeme of ``metadata.speaker`` is a question lexeme; the session.
 
-Then it scores formulas (``FORMULAS``: today's SQL and the candidates) with constants from a grid, k-fold over
+Then it scores formulas (``FORMULAS``: the formula before the readable scores, with its defaults and refit,
+and the readable formula of ``pgmem.search_hybrid``, with its defaults and a grid) in numpy, k-fold over
 conversations: for each fold the constants with the best mean R@10 (ties: R@5) on the other conversations of
-the *same* benchmark are fitted, and reported on the fold's conversations. The table shows, per formula and
-benchmark, the fitted (in-fold mean) and held-out (reported) R@5/R@10, and the constants each fold chose.
-A combined objective (``--objective both``: the mean of turns R@10 and facts R@10) picks one set of
-constants for both kinds of memory, as a shipped default must.
+the same benchmark are fitted and reported on the fold's conversations. It prints, per formula and
+benchmark, the fitted (in-fold mean) and held-out R@5/R@10 and the constants each fold chose, then the one
+set best over all benchmarks (in-sample) with its R@10 per category.
 
 Scoring rules are those of the benchmarks (turn-level recall of ``dia_id``; facts: turns cited).
 """

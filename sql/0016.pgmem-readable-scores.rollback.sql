@@ -239,10 +239,6 @@ END
 $function$
 $def$); END $pgmem$;
 
-ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) SECURITY DEFINER;
-
-ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) OWNER TO pgmem_api;
-
 DO $pgmem$ BEGIN PERFORM pgmem._define($def$
 ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) SECURITY DEFINER
 $def$); END $pgmem$;
