@@ -46,6 +46,8 @@ def test_no_session_bonus_without_a_match_of_its_own(make_memory):
     without a query word has no match of its own: its score is 0 next to the best match of the query."""
     alice = make_memory("alice")
     best = alice.add("The zeppelin museum opens at ten.", session_id="s1").id
+    # two memories between them: the BM25 window (+-2 in the session) gives the noise none of the words
+    alice.add_many(["We took the tram.", "It rained all day."], session_id="s1")
     noise = alice.add("Lunch was a bowl of ramen.", session_id="s1").id
     hits = {h.id: h for h in alice.search("When does the zeppelin museum open?", k=10)}
     assert hits[best].score > 0.3
