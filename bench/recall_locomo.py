@@ -2,7 +2,7 @@
 """Retrieval recall of pgmem on LoCoMo conversations (dense, full-text and hybrid search).
 
     python bench/recall_locomo.py --data ../shared/data/locomo/locomo-dev.json [--dsn DSN] [--out bench/out]
-                                  [--limit-conversations N] [--check]
+                                  [--limit-conversations N] [--database NAME] [--check]
 
 What it does
 1. Drops and re-creates the database ``pgmem_bench_recall`` (on the embedded server, or on the server of
@@ -62,6 +62,9 @@ SPACE = "minilm"
 MODES = ("vector", "text", "hybrid")
 K = 10
 CATEGORIES = (1, 2, 3, 4)
+# The category ids of the file as LoCoMo's evaluation code reads them (task_eval/evaluation.py: category 1 is
+# scored as multi-hop, 2 asks for the conversation's date); the paper lists the types in another order.
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 # Naive baseline of the LoCoMo data set's README (883 questions, all-MiniLM-L6-v2, turns as "Speaker: text"):
 # dense only, PostgreSQL full-text (OR of question words, ts_rank_cd), reciprocal-rank fusion of the two.
 BASELINE = {"vector": ("baseline dense", 0.395, 0.483),
@@ -183,19 +186,19 @@ def with_database(url: str, dbname: str) -> str:
     return urlunsplit(parts._replace(path="/" + dbname))
 
 
-def existing_database(dsn: str | None) -> str | None:
-    """The DSN of ``pgmem_bench_recall`` when it exists and holds memories (a previous run's import), else None."""
+def existing_database(dsn: str | None, database: str = DATABASE) -> str | None:
+    """The DSN of ``database`` (default ``pgmem_bench_recall``) when it exists and holds memories (a previous run's import), else None."""
     import psycopg
 
     if dsn is None:
         from pgmem import server
 
         st = server.start()
-        admin, bench = st.url("postgres"), st.url(DATABASE)
+        admin, bench = st.url("postgres"), st.url(database)
     else:
-        admin, bench = dsn, with_database(dsn, DATABASE)
+        admin, bench = dsn, with_database(dsn, database)
     with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone():
             return None
     with psycopg.connect(bench, autocommit=True) as conn:
         has = conn.execute("SELECT to_regclass('pgmem.memories') IS NOT NULL").fetchone()[0]
@@ -215,8 +218,8 @@ def fresh_database(dsn: str | None, database: str = DATABASE) -> str:
     else:
         if not dsn.startswith(("postgresql://", "postgres://")):
             sys.exit("--dsn must be a postgresql:// URL (the benchmark's database replaces its database name)")
-        if urlsplit(dsn).path.strip("/") in (DATABASE, LG_DATABASE):
-            sys.exit(f"--dsn must name another database than {DATABASE} (it is dropped and re-created)")
+        if urlsplit(dsn).path.strip("/") in (DATABASE, LG_DATABASE, database):
+            sys.exit(f"--dsn must name another database than {database} (it is dropped and re-created)")
         admin, bench = dsn, with_database(dsn, database)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
@@ -253,7 +256,7 @@ def print_tables(console, results: dict[str, dict], n_conv: int) -> None:
         c.add_column(f"{mode} R@10", justify="right", style="bold" if mode == "hybrid" else None)
     first = next(iter(results.values()))
     for cat in CATEGORIES:
-        c.add_row(str(cat), str(first[f"n_cat{cat}"]), *(f"{results[m][f'r_at_10_cat{cat}']:.3f}" for m in results))
+        c.add_row(f"{cat} {CATEGORY_NAMES[cat]}", str(first[f"n_cat{cat}"]), *(f"{results[m][f'r_at_10_cat{cat}']:.3f}" for m in results))
     console.print(c)
 
 
@@ -363,6 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out", help="output directory")
     ap.add_argument("--limit-conversations", type=int, default=None, metavar="N",
                     help="only the first N conversations of the file")
+    ap.add_argument("--database", default=DATABASE,
+                    help=f"database to drop and re-create (default {DATABASE}); another name lets two runs share "
+                         "a server")
     ap.add_argument("--batch-size", type=int, default=256, help="import batch size")
     ap.add_argument("--systems", default="pgmem",
                     help=f"comma-separated, of {', '.join(SYSTEMS)} (default pgmem: Memory.search in each mode)")
@@ -389,13 +395,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     modes = MODES if "pgmem" in systems else ()
 
-    dsn = existing_database(args.dsn) if args.reuse else None
+    dsn = existing_database(args.dsn, args.database) if args.reuse else None
     reused = dsn is not None
     if not reused:
-        dsn = fresh_database(args.dsn)
+        dsn = fresh_database(args.dsn, args.database)
     migrations.migrate(dsn)
     embedder = TimedEmbedder(MiniLMEmbedder())
-    console.print(f"database {DATABASE} {'reused' if reused else 're-created'} and migrated; {len(users)} conversation(s), "
+    console.print(f"database {args.database} {'reused' if reused else 're-created'} and migrated; {len(users)} conversation(s), "
                   f"{len(questions)} questions; modes: {', '.join(modes)}")
 
     def bar(label: str) -> Progress:
