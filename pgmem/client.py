@@ -271,7 +271,7 @@ KEY_FIELD = "pgmem:key"  # the metadata key pgmem.put_keyed keeps an item's key 
 
 def _params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The parameters of the named query ``name`` of queries.sql. It only returns ``params``: the name makes a
-    builder's dict checkable against the query's placeholders (tests/test_signatures.py)."""
+    builder's dict checkable against the query's placeholders (tests/schema/test_signatures.py)."""
     return params
 
 
@@ -589,12 +589,21 @@ class MemoryBase:
 
     def _search_args(self, query: Any, embedding: Any, k: Any, filter: Any, agent_id: Any, session_id: Any,
                      min_similarity: Any, created_after: Any, created_before: Any, mode: Any,
-                     as_of: Any = None) -> dict[str, Any]:
+                     as_of: Any = None, min_score: Any = None) -> dict[str, Any]:
         if mode is None:  # min_similarity is a cosine threshold, so it selects vector mode
             mode = "hybrid" if query is not None and min_similarity is None else "vector"
         if mode not in ("hybrid", "vector", "text"):
             raise ValidationError(f"mode must be 'hybrid', 'vector' or 'text', got {mode!r}", field="mode")
         v.check_k(k)
+        min_score = v.check_min_score(min_score)
+        if min_score is not None and mode == "vector":
+            # In vector mode the score is the cosine similarity: the same threshold as min_similarity.
+            if min_similarity is not None:
+                raise ValidationError("give min_score or min_similarity, not both", field="min_score")
+            if not -1.0 <= min_score <= 1.0:
+                raise ValidationError(f"min_score in vector mode is a cosine similarity in [-1, 1], got {min_score}",
+                                      field="min_score")
+            min_similarity, min_score = min_score, None
         if mode == "vector":
             if min_similarity is not None and not -1.0 <= float(min_similarity) <= 1.0:
                 raise ValidationError(f"min_similarity must be in [-1, 1], got {min_similarity}",
@@ -616,7 +625,7 @@ class MemoryBase:
         return {"mode": mode, "query": query, "embedding": embedding, "k": k, "agent_id": agent_id,
                 "session_id": session_id, "filter": Jsonb(flt) if flt is not None else None,
                 "min_similarity": min_similarity, "created_after": created_after, "created_before": created_before,
-                "as_of": as_of}
+                "as_of": as_of, "min_score": min_score}
 
     def _search_params(self, space: Space, s: dict[str, Any]) -> dict[str, Any]:
         """Parameters of ``search`` (mode vector) or ``search_hybrid`` (hybrid, text); embeds the query text."""
@@ -635,7 +644,8 @@ class MemoryBase:
         return _params("search_hybrid", {"space": space.name, "query": s["query"], "embedding": vec, "k": s["k"],
                                          "agent_id": s["agent_id"], "session_id": s["session_id"],
                                          "filter": s["filter"], "created_after": s["created_after"],
-                                         "created_before": s["created_before"], "model": model, "as_of": s["as_of"]})
+                                         "created_before": s["created_before"], "model": model, "as_of": s["as_of"],
+                                         "min_score": s["min_score"]})
 
     def _stats_params(self, all_spaces: bool) -> dict[str, Any]:
         return _params("stats", {"space": None if all_spaces else self.space_name})
@@ -980,7 +990,13 @@ class Memory(MemoryBase):
         return {k: int(row[k]) for k in ("memories", "turns", "history")}
 
     def space(self, *, conn: psycopg.Connection | None = None) -> Space:
-        """This client's embedding space; created for the embedder when missing (if the role may)."""
+        """This client's embedding space; created for the embedder when missing (if the role may).
+
+        Read once per space name and cached for every client sharing this one's pool (``with_identity``):
+        the first call runs ``pgmem.space`` and, when it raises NotFound, ``pgmem.create_space`` (two
+        statements, two transactions; a concurrent creator makes the second a no-op, create_space being
+        idempotent). Later calls run nothing. Methods that need the space (add, search, list, ...) call this
+        first."""
         if self._space is not None:
             return self._space
         with self._space_lock:
@@ -998,7 +1014,13 @@ class Memory(MemoryBase):
             conn: psycopg.Connection | None = None) -> AddResult:
         """Store one memory; identical content of the same user and space is not stored twice (``created``
         False, existing id). ``embedding``: a vector of the space's dims to skip the embedder.
-        Raises ValidationError (bad content/metadata), DimensionMismatch, IdentityError."""
+        Raises ValidationError (bad content/metadata), DimensionMismatch, IdentityError.
+
+        Statements: with a ``session_id``, no ``embedding`` and ``contextual``, ``pgmem.session_tail`` first
+        reads the session's last memory (its text is embedded with this one as the context vector), then
+        ``pgmem.add`` stores the memory; each is its own transaction unless ``conn`` is in one. A memory
+        another writer adds to the session in between is not this one's context; nothing else depends on
+        the read. (The space, when not cached yet: see :meth:`space`.)"""
         a = self._add_args(content, metadata, agent_id, session_id, expires_at, embedding)
         previous = self._previous_content(a["context_of"], conn)
         row = self._rows("add", self._add_params(self.space(conn=conn), a, previous), conn)[0]
@@ -1024,6 +1046,11 @@ class Memory(MemoryBase):
         this client's user). Every item is validated first; a bad one raises ValidationError naming its index
         and nothing is written. Returns one AddResult per item, in order. Raises IdentityError when the login
         may not act for a named user.
+
+        Statements: one ``pgmem.session_tail`` per (user, session) of the batch whose items are embedded here
+        with context (their first memory's context is the session's last stored memory), then one
+        ``pgmem.add_batch`` for all items, all or nothing. As for :meth:`add`, a concurrent writer to the
+        same session in between changes only which text is the context vector.
         """
         norm = self._add_many_items(items, agent_id, session_id)
         if not norm:
@@ -1038,7 +1065,13 @@ class Memory(MemoryBase):
                conn: psycopg.Connection | None = None) -> MemoryRecord:
         """Change a memory's content (re-embedded in the same statement) and/or metadata. Metadata merges
         into the old top-level keys unless ``replace_metadata``. ``expected_version`` makes it optimistic.
-        Raises NotFound, VersionConflict, DuplicateMemory, ValidationError."""
+        Raises NotFound, VersionConflict, DuplicateMemory, ValidationError.
+
+        Statements: new content without an ``embedding`` is re-embedded sentence by sentence, each sentence
+        named by the memory's speaker, so unless ``replace_metadata`` gives new metadata, ``pgmem.get``
+        first reads the stored metadata; then ``pgmem.update`` writes, one transaction. A concurrent change
+        of the speaker in between can leave sentence vectors named by the old one; pass
+        ``expected_version`` to have such a write refused (VersionConflict) instead."""
         u = self._update_args(content, metadata, replace_metadata, embedding)
         current = self.get(id, conn=conn) if u["needs_current"] else None
         space = self.space(conn=conn) if u["needs_space"] else None
@@ -1052,6 +1085,12 @@ class Memory(MemoryBase):
         wildcard or escape meaning; ``new`` is inserted byte for byte. The new content is re-embedded and
         stored with it in one statement, guarded by the version read (retried twice on a concurrent change
         unless ``expected_version`` is given).
+
+        Statements (read-modify-write): ``pgmem.get`` reads the memory, the replacement and its embedding
+        are computed here, then ``pgmem.edit`` writes only if the memory still has the version read and
+        still holds ``old`` once (two transactions). A concurrent writer that changes the memory in
+        between makes ``pgmem.edit`` raise VersionConflict, and the whole cycle runs again (at most three
+        times) on the new content; nothing is ever written over a change this call did not see.
 
         Raises ValidationError (empty ``old``), NeedleNotFound, AmbiguousEdit (``count``, overlapping
         occurrences included), NotFound, VersionConflict.
@@ -1171,7 +1210,7 @@ class Memory(MemoryBase):
                filter: Mapping[str, Any] | None = None, agent_id: str | None = None, session_id: str | None = None,
                min_similarity: float | None = None, created_after: datetime | None = None,
                created_before: datetime | None = None, mode: str | None = None, as_of: datetime | None = None,
-               conn: psycopg.Connection | None = None) -> list[MemoryRecord]:
+               min_score: float | None = None, conn: psycopg.Connection | None = None) -> list[MemoryRecord]:
         """The ``k`` memories that best answer ``query``, highest first; min(k, matching rows) of them for
         any tenant size. All agents of the user are searched unless ``agent_id`` is given.
 
@@ -1181,10 +1220,13 @@ class Memory(MemoryBase):
         embedded). ``filter`` operators: docs/filters.md. ``min_similarity`` (a cosine threshold) applies to
         vector mode, which it selects when ``mode`` is not given. Only memories that hold now are searched;
         ``as_of`` (a past time) searches what held then instead (superseded facts included, deleted and
-        expired ones not).
-        Raises ValidationError (empty query, k outside 1..1000, unknown mode), InvalidFilter, DimensionMismatch."""
+        expired ones not). ``min_score`` drops results whose ``score`` is below it, in any mode: in hybrid and
+        text mode the fused score (its scale: docs/recall.md, "hit.score in each mode"), in vector mode the
+        cosine similarity (then the same as ``min_similarity``, in [-1, 1]); fewer than k results may come back.
+        Raises ValidationError (empty query, k outside 1..1000, unknown mode, min_score not a finite number),
+        InvalidFilter, DimensionMismatch."""
         s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
-                              created_before, mode, as_of)
+                              created_before, mode, as_of, min_score)
         params = self._search_params(self.space(conn=conn), s)
         if s["mode"] == "vector":
             return self._rows("search", params, conn, _VECTOR_ROWS)
@@ -1309,7 +1351,12 @@ class Memory(MemoryBase):
         those turns (:meth:`sources`), and the turns are marked consolidated, in one transaction. Idempotent:
         with no pending turns it returns [] without calling ``summarise``; a retried or concurrent call for the
         same turns stores nothing twice. Raises ValidationError (bad summariser output), VersionConflict (some
-        of the turns were consolidated meanwhile)."""
+        of the turns were consolidated meanwhile).
+
+        Statements: ``pgmem.pending_turns`` reads the turns (one transaction), ``summarise`` runs, then
+        ``pgmem.consolidate`` stores the memories, links them to the turns and marks the turns, all in one
+        transaction that first checks no given turn was consolidated meanwhile. Turns appended while
+        ``summarise`` runs are not in this call; they are pending for the next."""
         space = self.space(conn=conn)
         turns = self.pending_turns(session_id, n=max_turns, conn=conn)
         if not turns:
