@@ -45,11 +45,6 @@ SERVER_SETTINGS = {"shared_buffers": "2GB", "max_wal_size": "8GB"}
 
 # Systems of issue #6 that the benchmark does not run, and why (printed by both scripts).
 SKIPPED = {
-    "Mem0 (pgvector store, infer=False)":
-        "mem0ai 2.2.1 installs without torch and can add with infer=False, but its search is not a vector search "
-        "one can compare: it over-fetches max(4k, 60) rows from pgvector with a JSON payload filter, adds a BM25 "
-        "keyword search and spaCy entity boosts, and drops results scoring under 0.1; its spaCy model "
-        "(en_core_web_sm) is downloaded at run time, which this offline machine cannot do",
     "hermes-memory-pgvector": "no package of that name in the PyPI index this machine sees",
 }
 

@@ -2,7 +2,7 @@
 """Ingest: pgmem against raw pgvector, Chroma and LangGraph's PostgresStore (rows/s, HNSW build, disk size).
 
     python bench/ingest.py [--n 100000] [--quick] [--batched-rows 5000] [--single-rows 2000]
-                           [--systems raw,pgmem,chroma,langgraph] [--data-dir /tmp/pgmem-bench/pgdata] [--out bench/out]
+                           [--systems raw,pgmem,chroma,langgraph,adapter,mem0] [--data-dir /tmp/pgmem-bench/pgdata] [--out bench/out]
 
 What it does, per system, on the data set of bench/common.py (same rows, same server, one run):
 1. bulk load: the ``--n`` rows into an empty store (bench/systems.py ``load``): raw pgvector by one binary
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-ALL_SYSTEMS = ("raw", "pgmem", "chroma", "langgraph")
+ALL_SYSTEMS = ("raw", "pgmem", "chroma", "langgraph", "adapter", "mem0")
 PREFIX = "bench_ingest_"
 
 
@@ -180,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             store = sysmod.PgmemStore(common.recreate_database(status, PREFIX + "pgmem", vector=False))
         elif key == "chroma":
             store = sysmod.ChromaStore(args.data_dir.parent / "chroma-ingest")
+        elif key == "adapter":
+            store = sysmod.AdapterStore(common.recreate_database(status, PREFIX + "adapter", vector=False), ds)
+        elif key == "mem0":
+            store = sysmod.Mem0Store(common.recreate_database(status, PREFIX + "mem0"), ds)
         else:
             store = sysmod.LangGraphStore(common.recreate_database(status, PREFIX + "langgraph"), ds)
         with progress_bar() as prog:

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Filtered vector search per tenant: pgmem against raw pgvector, Chroma and LangGraph's PostgresStore.
+"""Filtered vector search per tenant: pgmem against raw pgvector, Chroma, LangGraph's PostgresStore, pgmem's
+LangGraph store and Mem0.
 
-    python bench/search.py [--n 100000] [--quick] [--queries 200] [--clients 8] [--systems raw,pgmem,chroma,langgraph]
+    python bench/search.py [--n 100000] [--quick] [--queries 200] [--clients 8]
+                           [--systems raw,pgmem,chroma,langgraph,adapter,mem0]
                            [--data-dir /tmp/pgmem-bench/pgdata] [--out bench/out] [--reuse] [--seed 0] [--rounds 3]
 
 What it does
@@ -25,7 +27,10 @@ pgvector's defaults: ef_search 40, no iterative scan; the planner picks the plan
 (``enable_sort = off``, so every tenant goes through the shared HNSW index: the post-filtering case), ``pgmem``
 (``Memory.search(embedding=..., mode="vector")``, row-level security on, its default ef_search 100 with a
 relaxed iterative scan), ``pgmem, ef_search 40`` (the same with ``pgmem.hnsw_ef_search = 40``, pgvector's
-default), ``Chroma`` (``where`` on the tenant), ``LangGraph`` (``store.search((tenant,), query=...)``).
+default), ``Chroma`` (``where`` on the tenant), ``LangGraph`` (``store.search((tenant,), query=...)``),
+``LangGraph on pgmem`` (the same call on pgmem's ``PgmemStore``, database ``bench_search_adapter``, vector
+mode), ``Mem0`` (``Memory.search(text, filters={"user_id": tenant})`` on Mem0's pgvector store,
+``bench_search_mem0``, written with ``infer=False``).
 ``--rounds`` (default 3) measures every system in turn, in alternating order, that many times; a p50 or q/s
 is the median over the rounds, p95 and p99 are over all rounds' latencies.
 
@@ -53,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import CLASSES, K  # noqa: E402
 
-ALL_SYSTEMS = ("raw", "pgmem", "chroma", "langgraph")
+ALL_SYSTEMS = ("raw", "pgmem", "chroma", "langgraph", "adapter", "mem0")
 RAW_AS_PGMEM = "raw + iterative, ef_search 100"
 # pgmem's lines and raw pgvector's query at the same ef_search and iterative scan (relaxed_order), as the
 # targets compare them: pgmem's default (ef_search 100) and pgmem.hnsw_ef_search = 40 (pgvector's default).
@@ -213,12 +218,13 @@ def targets(results: list[Result], limit: float) -> list[tuple[str, bool | None,
         out.append(("small tenants: pgmem returns k rows with recall 1.0",
                     p.mean_rows == K and p.recall == 1.0,
                     f"pgmem {p.mean_rows:.1f} rows, recall {p.recall:.3f}; " + "; ".join(fewer)))
-    for peer in ("Chroma", "LangGraph"):
+    for mine, peer in (("pgmem", "Chroma"), ("pgmem", "LangGraph"), ("pgmem", "Mem0"),
+                       ("LangGraph on pgmem", "LangGraph")):
         for cls in CLASSES:
-            p, o = by.get(("pgmem", cls)), by.get((peer, cls))
+            p, o = by.get((mine, cls)), by.get((peer, cls))
             if p and o:
                 ok = p.lat1[0] < o.lat1[0] and p.recall >= o.recall - 0.005
-                out.append((f"faster than {peer} at equal or better recall, {cls}", ok,
+                out.append((f"{mine} faster than {peer} at equal or better recall, {cls}", ok,
                             f"p50 {p.lat1[0]:.2f} vs {o.lat1[0]:.2f} ms ({o.lat1[0] / p.lat1[0]:.1f}x), "
                             f"q/s x8 {p.qps8:.0f} vs {o.qps8:.0f}, recall {p.recall:.3f} vs {o.recall:.3f}"))
     return out
@@ -316,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"data": ds.describe(), "server": version, **common.machine(),
             "chromadb": common.package_version("chromadb"),
             "langgraph-checkpoint-postgres": common.package_version("langgraph-checkpoint-postgres"),
+            "mem0ai": common.package_version("mem0ai"),
             "pgmem": common.package_version("pgmem"), "queries_per_class": per_class, "clients": args.clients}
 
     def progress_bar():
@@ -333,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
             store = sysmod.PgmemStore(common.dsn_for(status, PREFIX + "pgmem"))
         elif key == "chroma":
             store = sysmod.ChromaStore(args.data_dir.parent / "chroma-search")
+        elif key == "adapter":
+            store = sysmod.AdapterStore(common.dsn_for(status, PREFIX + "adapter"), ds, qs)
+        elif key == "mem0":
+            store = sysmod.Mem0Store(common.dsn_for(status, PREFIX + "mem0"), ds, qs)
         else:
             store = sysmod.LangGraphStore(common.dsn_for(status, PREFIX + "langgraph"), ds, qs)
         marker = (store.path / "bench-tag") if key == "chroma" else None
@@ -351,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             loads[store.name] = {"disk_bytes": store.disk_bytes()}
         else:
             if key != "chroma":
-                common.recreate_database(status, PREFIX + key, vector=key != "pgmem")
+                common.recreate_database(status, PREFIX + key, vector=key not in ("pgmem", "adapter"))
             with progress_bar() as prog:
                 task = prog.add_task(f"loading {store.name}", total=n)
                 loads[store.name] = store.load(ds, progress=lambda k, t=task: prog.advance(t, k))
@@ -389,9 +400,14 @@ def main(argv: list[str] | None = None) -> int:
         variants.append(("Chroma", "chroma", stores["chroma"].client, None))
     if "langgraph" in stores:
         variants.append(("LangGraph", "langgraph", stores["langgraph"].client, None))
+    if "adapter" in stores:
+        variants.append(("LangGraph on pgmem", "adapter", stores["adapter"].client, None))
+    if "mem0" in stores:
+        variants.append(("Mem0", "mem0", stores["mem0"].client, None))
     loads_by_label = {}
     for label, key, _, _ in variants:
-        loads_by_label[label] = loads[stores[key].name] if label in ("raw pgvector", "pgmem", "Chroma", "LangGraph") \
+        loads_by_label[label] = loads[stores[key].name] if label in ("raw pgvector", "pgmem", "Chroma", "LangGraph",
+                                                                           "LangGraph on pgmem", "Mem0") \
             else {}
 
     rows_of_class = ds.class_rows()

@@ -507,3 +507,212 @@ class LangGraphClient:
 
     def close(self) -> None:
         self.conn.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# pgmem's LangGraph store (pgmem.integrations.langgraph.PgmemStore)
+# --------------------------------------------------------------------------------------------------------
+class LookupEmbedder:
+    """The data set's precomputed vectors as a pgmem embedder (the space's model name), looked up by text. A
+    context text (the previous memory of the namespace, a newline, this one) gets the normalised mean of its
+    parts' vectors: the data set's vectors are not those of a text model, so there is no better stand-in (and
+    vector-mode search, the one measured, reads no context vector)."""
+
+    model_name, dims = MODEL, DIMS
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        self.vectors = vectors
+
+    def embed(self, texts) -> np.ndarray:
+        out = np.empty((len(texts), DIMS), dtype=np.float32)
+        for i, t in enumerate(texts):
+            vec = self.vectors.get(t)
+            if vec is None:
+                vec = np.mean([self.vectors[p] for p in t.split("\n")], axis=0)
+                vec = vec / np.linalg.norm(vec)
+            out[i] = vec
+        return out
+
+
+class AdapterStore(PgmemStore):
+    """LangGraph's ``BaseStore`` API on pgmem: the same calls as :class:`LangGraphStore` (``store.batch`` of
+    ``PutOp``s on namespace ``(tenant,)``, ``store.search((tenant,), query=...)``) answered by pgmem's
+    PgmemStore on a migrated pgmem database (space ``bench``, row-level security on: one client acting for
+    the namespace's user, as a gateway), ``search_mode="vector"`` (cosine similarity, as PostgresStore's)."""
+
+    name = "LangGraph on pgmem"
+
+    def __init__(self, dsn: str, ds: Dataset, queries: dict | None = None) -> None:
+        super().__init__(dsn)
+        self.vectors = LangGraphStore(dsn, ds, queries).vectors
+
+    def store(self, mem=None):
+        from pgmem.integrations.langgraph import PgmemStore as LangGraphPgmemStore
+
+        mem = mem or self.memory()
+        mem._embedder = LookupEmbedder(self.vectors)
+        return LangGraphPgmemStore(mem, index={"fields": ["text"]}, search_mode="vector"), mem
+
+    def _put(self, items, batch: int, progress=None) -> float:
+        from langgraph.store.base import PutOp
+
+        store, mem = self.store()
+        with mem, Timer() as t:
+            for lo in range(0, len(items), batch):
+                store.batch([PutOp((tenant,), key, {"text": text}) for tenant, key, text in items[lo:lo + batch]])
+                if progress:
+                    progress(len(items[lo:lo + batch]))
+        return t.seconds
+
+    def load(self, ds: Dataset, batch: int = 1000, progress=None) -> dict:
+        """``store.batch`` of ``PutOp``s, ``batch`` rows a call, with the space's HNSW index built after."""
+        self.create()
+        items = [(ds.tenants[ds.tenant_of[i]], str(i), ds.contents[i]) for i in range(ds.n)]
+        with _IndexLater(self.dsn, self.hnsw_index()) as later:
+            load_s = self._put(items, batch, progress)
+        index_s = later.build()
+        self.analyze()
+        return {"load_s": load_s, "index_s": index_s}
+
+    def ingest_batched(self, ds: Dataset, extra_rows, batch: int = 1000, progress=None) -> float:
+        items = [(ds.tenants[ds.extra_tenant_of[j]], str(ds.n + j), ds.extra_contents[j]) for j in extra_rows]
+        return self._put(items, batch, progress)
+
+    def add_one_session(self):
+        store, mem = self.store()
+
+        def add(ds: Dataset, j: int) -> None:
+            store.put((ds.tenants[ds.extra_tenant_of[j]],), str(ds.n + j), {"text": ds.extra_contents[j]})
+        return add, mem.close
+
+    def client(self) -> AdapterClient:
+        return AdapterClient(self)
+
+
+class AdapterClient:
+    def __init__(self, owner: AdapterStore) -> None:
+        self.store, self.mem = owner.store()
+        self.mem.space()
+
+    def search(self, tenant: str, vec: np.ndarray, text: str, k: int) -> list[int]:
+        return [int(item.key) for item in self.store.search((tenant,), query=text, limit=k)]
+
+    def close(self) -> None:
+        self.mem.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Mem0 (mem0ai) with its pgvector store, infer=False
+# --------------------------------------------------------------------------------------------------------
+class _Mem0Embedder:
+    """Mem0's embedder interface (``embed(text, action)``, ``embed_batch``) over the precomputed vectors."""
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        self.vectors = vectors
+
+    def embed(self, text, memory_action=None):
+        return self.vectors[text].tolist()
+
+    def embed_batch(self, texts, memory_action=None):
+        return [self.vectors[t].tolist() for t in texts]
+
+
+class Mem0Store:
+    """Mem0's open-source ``Memory`` (mem0ai) with its pgvector vector store in its own database on the same
+    server (collection ``items``, HNSW index: Mem0's own, m and ef_construction pgvector's defaults 16 and 64,
+    cosine), ``infer=False`` (each message stored as a memory, no LLM), tenant = Mem0's ``user_id``. Its
+    embedder is replaced by the data set's precomputed vectors (Mem0's huggingface embedder needs
+    sentence-transformers); its LLM is never called with ``infer=False``. Mem0's SQLite history lives in a
+    temporary directory. Mem0 has no batch write with ``infer=False``: ``add`` of a list of messages stores them
+    one by one, which is what ``ingest_batched`` measures (1,000 messages a call, of one tenant)."""
+
+    name = "Mem0 (pgvector, infer=False)"
+
+    def __init__(self, dsn: str, ds: Dataset, queries: dict | None = None) -> None:
+        self.dsn = dsn
+        self.vectors = LangGraphStore(dsn, ds, queries).vectors
+        import tempfile
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="pgmem-bench-mem0-"))
+
+    def memory(self, maxconn: int = 2):
+        import os
+
+        os.environ.setdefault("MEM0_TELEMETRY", "False")
+        os.environ.setdefault("OPENAI_API_KEY", "unused-infer-false")
+        from mem0 import Memory as Mem0Memory
+        from mem0.configs.base import MemoryConfig
+
+        cfg = MemoryConfig(**{
+            "vector_store": {"provider": "pgvector", "config": {
+                "connection_string": self.dsn, "collection_name": "items", "embedding_model_dims": DIMS,
+                "hnsw": True, "minconn": 1, "maxconn": maxconn}},
+            "embedder": {"provider": "openai", "config": {"model": "text-embedding-3-small", "embedding_dims": DIMS}},
+            "history_db_path": str(self.tmp / f"history-{os.getpid()}.db")})
+        m = Mem0Memory(cfg)
+        m.embedding_model = _Mem0Embedder(self.vectors)
+        return m
+
+    def _add(self, m, tenant: str, texts: list[str]) -> None:
+        m.add([{"role": "user", "content": t} for t in texts], user_id=tenant, infer=False)
+
+    def load(self, ds: Dataset, batch: int = 1000, progress=None) -> dict:
+        """``add`` of up to ``batch`` messages a call per tenant, with the HNSW index built after."""
+        m = self.memory()
+        m.vector_store.create_col()  # Mem0 makes its table and indexes on first use
+        index = self._index_name()
+        with _IndexLater(self.dsn, index) as later, Timer() as t:
+            for tenant, rows in enumerate(ds.rows_by_tenant):
+                for lo in range(0, len(rows), batch):
+                    self._add(m, ds.tenants[tenant], [ds.contents[i] for i in rows[lo:lo + batch]])
+                if progress:
+                    progress(len(rows))
+        index_s = later.build()
+        self.analyze()
+        return {"load_s": t.seconds, "index_s": index_s}
+
+    def _index_name(self) -> str:
+        with _connect(self.dsn, autocommit=True) as conn:
+            return conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'items'"
+                                " AND indexdef LIKE '%%USING hnsw%%'").fetchone()[0]
+
+    def ingest_batched(self, ds: Dataset, extra_rows, batch: int = 1000, progress=None) -> float:
+        m = self.memory()
+        with Timer() as t:
+            for tenant, rows in _by_tenant(ds, extra_rows).items():
+                for lo in range(0, len(rows), batch):
+                    self._add(m, ds.tenants[tenant], [ds.extra_contents[j] for j in rows[lo:lo + batch]])
+                if progress:
+                    progress(len(rows))
+        return t.seconds
+
+    def analyze(self) -> None:
+        with _connect(self.dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE items")
+
+    def add_one_session(self):
+        m = self.memory()
+
+        def add(ds: Dataset, j: int) -> None:
+            self._add(m, ds.tenants[ds.extra_tenant_of[j]], [ds.extra_contents[j]])
+        return add, lambda: None
+
+    def disk_bytes(self) -> int:
+        return _pg_bytes(self.dsn, ["items"])
+
+    def client(self) -> Mem0Client:
+        return Mem0Client(self)
+
+
+class Mem0Client:
+    def __init__(self, owner: Mem0Store) -> None:
+        self.m = owner.memory(maxconn=1)
+
+    def search(self, tenant: str, vec: np.ndarray, text: str, k: int) -> list[int]:
+        res = self.m.search(text, top_k=k, filters={"user_id": tenant}, threshold=0.0)  # no score cut-off
+        return [row_id(r["memory"]) for r in res["results"]]
+
+    def close(self) -> None:
+        pool = getattr(self.m.vector_store, "connection_pool", None)
+        if pool is not None and hasattr(pool, "close"):
+            pool.close()

@@ -26,6 +26,7 @@ import psycopg
 
 from .client import (
     DEFAULT_SPACE,
+    KEY_FIELD,
     AddResult,
     Context,
     ContextItem,
@@ -190,6 +191,51 @@ class AsyncMemory(MemoryBase):
             return set()
         await self.space(conn=conn)
         return self._known(await self._rows("known_hashes", params, conn), by_hash)
+
+    async def put_keyed(self, items: Sequence[Mapping[str, Any]], *,
+                        conn: psycopg.AsyncConnection | None = None) -> list[AddResult | None]:
+        """As :meth:`pgmem.Memory.put_keyed`."""
+        norm = self._put_keyed_items(items)
+        if not norm:
+            return []
+        space = await self.space(conn=conn)
+        live = [it for it in norm if it["content"] is not None]
+        previous = {(u, s): await self._previous_content(s, conn) for u, s in self._context_sessions(live)}
+        params = await self._off_loop(self._put_keyed_params, space, norm, previous)
+        return [AddResult(r["id"], r["created"]) if r["id"] is not None else None
+                for r in await self._rows("put_keyed", params, conn)]
+
+    async def get_keyed(self, keys: Sequence[str], *,
+                        conn: psycopg.AsyncConnection | None = None) -> dict[str, MemoryRecord]:
+        """As :meth:`pgmem.Memory.get_keyed`."""
+        params = self._get_keyed_params(keys)
+        if not params["keys"]:
+            return {}
+        await self.space(conn=conn)
+        return {r["metadata"][KEY_FIELD]: _row(MemoryRecord, r) for r in await self._rows("get_keyed", params, conn)}
+
+    async def set_expiry(self, ttls: Mapping[UUID | str, timedelta | None], *,
+                         conn: psycopg.AsyncConnection | None = None) -> dict[UUID, datetime | None]:
+        """As :meth:`pgmem.Memory.set_expiry`."""
+        params = self._set_expiry_params(ttls)
+        if not params["ids"]:
+            return {}
+        return {r["id"]: r["expires_at"] for r in await self._rows("set_expiry", params, conn)}
+
+    async def metadata_values(self, key: str, *, prefixes: Sequence[Sequence[str]] | None = None,
+                              suffixes: Sequence[Sequence[str]] | None = None, max_depth: int | None = None,
+                              limit: int = 100, offset: int = 0,
+                              conn: psycopg.AsyncConnection | None = None) -> list[list[str]]:
+        """As :meth:`pgmem.Memory.metadata_values`."""
+        params = self._metadata_values_params(key, prefixes, suffixes, max_depth, limit, offset)
+        await self.space(conn=conn)
+        return [list(r["value"]) for r in await self._rows("metadata_values", params, conn)]
+
+    async def clear_session(self, session_id: str, *, conn: psycopg.AsyncConnection | None = None) -> int:
+        """As :meth:`pgmem.Memory.clear_session`."""
+        params = self._clear_session_params(session_id)
+        await self.space(conn=conn)
+        return int((await self._rows("clear_session", params, conn))[0]["deleted"])
 
     async def update(self, id: UUID | str, *, content: str | None = None, metadata: Mapping[str, Any] | None = None,
                      replace_metadata: bool = False, expected_version: int | None = None, embedding: Any = None,

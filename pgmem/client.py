@@ -266,6 +266,11 @@ _MEMORY_ROWS = record_rows(MemoryRecord)
 _VECTOR_ROWS = record_rows(MemoryRecord, score_from="similarity")  # vector search: score = cosine similarity
 
 
+PUT_KEYED_KEYS = frozenset({"key", "content", "metadata", "alt_content", "session_id", "expires_at", "ttl",
+                            "embedding"})
+KEY_FIELD = "pgmem:key"  # the metadata key pgmem.put_keyed keeps an item's key in
+
+
 def _params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The parameters of the named query ``name`` of queries.sql. It only returns ``params``: the name makes a
     builder's dict checkable against the query's placeholders (tests/schema/test_signatures.py)."""
@@ -728,6 +733,124 @@ class MemoryBase:
                                        "agent_id": self.agent_id, "embedding": vec, "metadata": Jsonb(meta or {}),
                                        "expires_at": expires_at, "model": model, "created_at": created_at})
 
+    # --- keyed memories ----------------------------------------------------------------------------------------
+    def _put_keyed_items(self, items: Sequence[Any]) -> list[dict[str, Any]]:
+        """The items of :meth:`Memory.put_keyed`, validated (every one before anything is written)."""
+        v.check_batch_size(items)
+        norm: list[dict[str, Any]] = []
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise ValidationError("must be a mapping with 'key' and 'content'", field="items", index=i)
+            unknown = set(item) - PUT_KEYED_KEYS
+            if unknown:
+                raise ValidationError(f"unknown keys {sorted(unknown)}", field="items", index=i)
+            key = v.check_text(item.get("key"), "key", index=i)
+            if not key or len(key) > 1024 or "\x00" in key:
+                raise ValidationError("key must be a text of 1 to 1024 characters without NUL", field="key", index=i)
+            content = item.get("content")
+            if content is None:
+                norm.append({"key": key, "content": None})
+                continue
+            meta = v.check_metadata(item.get("metadata"), index=i) or {}
+            if KEY_FIELD in meta:
+                raise ValidationError(f"metadata key {KEY_FIELD!r} is the item's key: pass it as 'key'",
+                                      field="metadata", index=i)
+            alt = item.get("alt_content")
+            ttl = item.get("ttl")
+            if ttl is not None and (not isinstance(ttl, timedelta) or ttl <= timedelta(0)):
+                raise ValidationError(f"ttl must be a positive timedelta, got {ttl!r}", field="ttl", index=i)
+            if ttl is not None and item.get("expires_at") is not None:
+                raise ValidationError("give ttl or expires_at, not both", field="ttl", index=i)
+            norm.append({"key": key, "content": v.check_content(content, index=i), "metadata": meta,
+                         "alt_content": None if alt is None else v.check_content(alt, field="alt_content", index=i),
+                         "session_id": v.check_id(item.get("session_id"), "session_id", index=i),
+                         "expires_at": v.check_datetime(item.get("expires_at"), "expires_at", index=i), "ttl": ttl,
+                         "embedding": item.get("embedding"), "agent_id": None, "user_id": self.user_id,
+                         "created_at": None, "id": None})
+        return norm
+
+    def _put_keyed_params(self, space: Space, norm: list[dict[str, Any]],
+                          previous: Mapping[tuple[str | None, str], str | None]) -> dict[str, Any]:
+        """Embeds what needs it (content, sentence and context vectors, as :meth:`Memory.add_many`)."""
+        live = [i for i, it in enumerate(norm) if it["content"] is not None]
+        sub = [norm[i] for i in live]
+        p = self._add_many_params(space, sub, previous) if sub else {
+            "embeddings": [], "model": None, "vector_items": None, "vector_kinds": None, "vectors": None}
+        embeddings: list[Any] = [None] * len(norm)
+        for i, vec in zip(live, p["embeddings"]):
+            embeddings[i] = vec
+        if not sub:  # deletes only: a placeholder vector, which pgmem.put_keyed ignores for a NULL content
+            placeholder = np.zeros(space.dims, dtype=np.float32)
+            placeholder[0] = 1.0
+            embeddings = [placeholder] * len(norm)
+        else:
+            embeddings = [e if e is not None else p["embeddings"][0] for e in embeddings]
+        return _params("put_keyed", {
+            "space": space.name, "keys": [it["key"] for it in norm], "contents": [it["content"] for it in norm],
+            "embeddings": embeddings,
+            "metadata": [Jsonb(it["metadata"]) if it["content"] is not None else None for it in norm],
+            "session_ids": [it.get("session_id") for it in norm], "expires_at": [it.get("expires_at") for it in norm],
+            "ttls": [it.get("ttl") for it in norm], "alt_contents": [it.get("alt_content") for it in norm],
+            "agent_id": self.agent_id, "model": p["model"],
+            "vector_items": None if p["vector_items"] is None else [live[i] for i in p["vector_items"]],
+            "vector_kinds": p["vector_kinds"], "vectors": p["vectors"]})
+
+    def _get_keyed_params(self, keys: Sequence[Any]) -> dict[str, Any]:
+        if isinstance(keys, str) or not isinstance(keys, Sequence):
+            raise ValidationError("keys must be a list of texts", field="keys")
+        v.check_batch_size(keys)
+        return _params("get_keyed", {"space": self.space_name,
+                                     "keys": [v.check_text(k, "keys", index=i) for i, k in enumerate(keys)]})
+
+    def _set_expiry_params(self, ttls: Mapping[Any, Any]) -> dict[str, Any]:
+        if not isinstance(ttls, Mapping):
+            raise ValidationError("ttls must map memory ids to a timedelta (or None)", field="ttls")
+        v.check_batch_size(list(ttls))
+        ids, out = [], []
+        for i, (id, ttl) in enumerate(ttls.items()):
+            try:
+                ids.append(id if isinstance(id, UUID) else UUID(str(id)))
+            except ValueError:
+                raise ValidationError(f"id must be a UUID, got {id!r}", field="ttls", index=i) from None
+            if ttl is not None and (not isinstance(ttl, timedelta) or ttl <= timedelta(0)):
+                raise ValidationError(f"ttl must be a positive timedelta or None, got {ttl!r}", field="ttls", index=i)
+            out.append(ttl)
+        return _params("set_expiry", {"ids": ids, "ttls": out, "agent_id": self.agent_id})
+
+    def _metadata_values_params(self, key: Any, prefixes: Any, suffixes: Any, max_depth: Any, limit: Any,
+                                offset: Any) -> dict[str, Any]:
+        v.check_text(key, "key")
+        if not key:
+            raise ValidationError("key must not be empty", field="key")
+
+        def patterns(value: Any, field: str) -> list[list[str]] | None:
+            if value is None:
+                return None
+            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or any(
+                    isinstance(p, (str, bytes)) or not isinstance(p, Sequence)
+                    or not all(isinstance(label, str) for label in p) for p in value):
+                raise ValidationError(f"{field} must be a list of label lists (lists of strings)", field=field)
+            return [list(p) for p in value]
+
+        def integer(value: Any, field: str, low: int, high: int | None = None) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < low or (high and value > high):
+                bound = f"from {low} to {high}" if high else f"of at least {low}"
+                raise ValidationError(f"{field} must be an integer {bound}, got {value!r}", field=field)
+
+        if max_depth is not None:
+            integer(max_depth, "max_depth", 1)
+        integer(limit, "limit", 1, 10000)
+        integer(offset, "offset", 0)
+        pre, suf = patterns(prefixes, "prefixes"), patterns(suffixes, "suffixes")
+        return _params("metadata_values", {"space": self.space_name, "key": key,
+                                           "prefixes": Jsonb(pre) if pre is not None else None,
+                                           "suffixes": Jsonb(suf) if suf is not None else None,
+                                           "max_depth": max_depth, "limit": limit, "offset": offset})
+
+    def _clear_session_params(self, session_id: Any) -> dict[str, Any]:
+        return _params("clear_session", {"space": self.space_name,
+                                         "session_id": v.check_id(session_id, "session_id", optional=False)})
+
     def _turns_params(self, name: str, session_id: Any, n: Any) -> dict[str, Any]:
         session_id = v.check_id(session_id, "session_id", optional=False)
         top = 1000 if name == "recent_turns" else 10000
@@ -1048,6 +1171,69 @@ class Memory(MemoryBase):
         if not all_spaces:
             self.space(conn=conn)
         return int(self._rows("delete_all", params, conn)[0]["deleted"])
+
+    def put_keyed(self, items: Sequence[Mapping[str, Any]], *,
+                  conn: psycopg.Connection | None = None) -> list[AddResult | None]:
+        """Upsert memories by key in one statement (``pgmem.put_keyed``), in order, all or nothing (at most
+        10,000): one live memory per key and user in this space, the key kept in metadata ``"pgmem:key"``.
+
+        ``items``: dicts with ``key`` (1..1024 characters) and ``content`` (None: delete the key), optional
+        ``metadata`` (replaces the old), ``session_id``, ``expires_at`` or ``ttl`` (a timedelta from the write
+        itself, the database's clock; neither: no expiry of its own), ``embedding``
+        (else embedded here, with sentence and context vectors as :meth:`add_many`) and ``alt_content`` (stored
+        instead when another memory already holds ``content``). A key's memory is updated in place (id,
+        ``created_at`` and history stay); two concurrent calls for one key wait for each other, so a key never
+        gets two memories. Returns per item an AddResult (``created`` True for a new memory) or None for a
+        delete. Raises ValidationError (naming the item), DuplicateMemory (content held elsewhere and no
+        ``alt_content``, or that held too), IdentityError without a user.
+        """
+        norm = self._put_keyed_items(items)
+        if not norm:
+            return []
+        space = self.space(conn=conn)
+        live = [it for it in norm if it["content"] is not None]
+        previous = {(u, s): self._previous_content(s, conn) for u, s in self._context_sessions(live)}
+        rows = self._rows("put_keyed", self._put_keyed_params(space, norm, previous), conn)
+        return [AddResult(r["id"], r["created"]) if r["id"] is not None else None for r in rows]
+
+    def get_keyed(self, keys: Sequence[str], *, conn: psycopg.Connection | None = None) -> dict[str, MemoryRecord]:
+        """The live memory of each key (see :meth:`put_keyed`) that has one, as ``{key: MemoryRecord}``: one
+        indexed statement. Raises ValidationError for keys that are not texts (at most 10,000)."""
+        params = self._get_keyed_params(keys)
+        if not params["keys"]:
+            return {}
+        self.space(conn=conn)
+        return {r["metadata"][KEY_FIELD]: _row(MemoryRecord, r) for r in self._rows("get_keyed", params, conn)}
+
+    def set_expiry(self, ttls: Mapping[UUID | str, timedelta | None], *,
+                   conn: psycopg.Connection | None = None) -> dict[UUID, datetime | None]:
+        """Set memories' own expiry to the database's now + ttl (None: none of their own; the space's memory TTL
+        applies), e.g. a time-to-live refreshed on read; ``ttls``: ``{id: timedelta | None}``. Memories that are
+        missing, expired, superseded or another user's are skipped. Returns ``{id: effective expires_at}`` of
+        those changed. Raises ValidationError (ids, non-positive ttls)."""
+        params = self._set_expiry_params(ttls)
+        if not params["ids"]:
+            return {}
+        return {r["id"]: r["expires_at"] for r in self._rows("set_expiry", params, conn)}
+
+    def metadata_values(self, key: str, *, prefixes: Sequence[Sequence[str]] | None = None,
+                        suffixes: Sequence[Sequence[str]] | None = None, max_depth: int | None = None,
+                        limit: int = 100, offset: int = 0, conn: psycopg.Connection | None = None) -> list[list[str]]:
+        """The distinct values of metadata ``key`` that are lists of labels (e.g. LangGraph namespaces) among
+        this user's live memories of the space, in one statement (``pgmem.metadata_values``): only those that
+        match every pattern of ``prefixes`` (from the start) and ``suffixes`` (from the end), each a list of
+        labels where ``"*"`` matches any; cut to ``max_depth`` labels, deduplicated, sorted by code point, then
+        ``offset`` and ``limit`` (1..10,000). Returns lists of strings. Raises ValidationError."""
+        params = self._metadata_values_params(key, prefixes, suffixes, max_depth, limit, offset)
+        self.space(conn=conn)
+        return [list(r["value"]) for r in self._rows("metadata_values", params, conn)]
+
+    def clear_session(self, session_id: str, *, conn: psycopg.Connection | None = None) -> int:
+        """Delete every turn of ``session_id`` of this user in the space (``pgmem.clear_session``); returns how
+        many. Memories consolidated from them stay. Raises ValidationError for a bad session id."""
+        params = self._clear_session_params(session_id)
+        self.space(conn=conn)
+        return int(self._rows("clear_session", params, conn)[0]["deleted"])
 
     # --- reading --------------------------------------------------------------------------------------------
     def get(self, id: UUID | str, *, conn: psycopg.Connection | None = None) -> MemoryRecord | None:

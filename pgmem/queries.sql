@@ -260,3 +260,29 @@ SELECT pgmem.service_audit_purge(p_keep => %(keep)s::interval) AS removed
 
 -- service_migrations -- act_as
 SELECT * FROM pgmem.service_migrations()
+
+-- put_keyed -- as_user
+SELECT * FROM pgmem.put_keyed(p_space => pgmem.as_user(%(pgmem_user_id)s::text, %(space)s::text),
+    p_keys => %(keys)s::text[], p_contents => %(contents)s::text[], p_embeddings => %(embeddings)b::vector[],
+    p_metadata => %(metadata)s::jsonb[], p_session_ids => %(session_ids)s::text[],
+    p_expires_at => %(expires_at)s::timestamptz[], p_ttls => %(ttls)s::interval[],
+    p_alt_contents => %(alt_contents)s::text[], p_agent_id => %(agent_id)s::text, p_model => %(model)s::text,
+    p_vector_items => %(vector_items)s::integer[], p_vector_kinds => %(vector_kinds)s::text[],
+    p_vectors => %(vectors)b::vector[])
+
+-- get_keyed -- as_user
+SELECT * FROM pgmem.get_keyed(p_space => pgmem.as_user(%(pgmem_user_id)s::text, %(space)s::text),
+    p_keys => %(keys)s::text[])
+
+-- set_expiry -- as_user
+SELECT * FROM pgmem.set_expiry(p_ids => pgmem.as_user(%(pgmem_user_id)s::text, %(ids)s::uuid[]),
+    p_ttls => %(ttls)s::interval[], p_agent_id => %(agent_id)s::text)
+
+-- metadata_values -- as_user
+SELECT * FROM pgmem.metadata_values(p_space => pgmem.as_user(%(pgmem_user_id)s::text, %(space)s::text),
+    p_key => %(key)s::text, p_prefixes => %(prefixes)s::jsonb, p_suffixes => %(suffixes)s::jsonb,
+    p_max_depth => %(max_depth)s::integer, p_limit => %(limit)s::integer, p_offset => %(offset)s::integer)
+
+-- clear_session -- as_user
+SELECT pgmem.clear_session(p_space => pgmem.as_user(%(pgmem_user_id)s::text, %(space)s::text),
+    p_session_id => %(session_id)s::text) AS deleted

@@ -13,10 +13,8 @@ message made only of tool calls) and its metadata ``{"langchain:message": <messa
 which the message comes back unchanged (content blocks, tool calls, ids, additional kwargs). Turns of the
 session written by other clients come back as plain messages of their role.
 
-``clear()``: pgmem has no function that deletes the turns of one session, so ``clear`` appends a marker turn
-(role system, content ``[history cleared]``, metadata ``{"langchain:clear": true}``) and ``messages`` returns
-only what follows the last marker; the earlier turns stay in the database until their TTL or
-:meth:`pgmem.Memory.erase_user`.
+``clear()`` deletes the session's turns in the database (:meth:`pgmem.Memory.clear_session`, one statement);
+memories already consolidated from them stay.
 """
 
 from __future__ import annotations
@@ -38,8 +36,6 @@ from langchain_core.messages import (
 from ..errors import ValidationError
 
 MESSAGE = "langchain:message"
-CLEAR = "langchain:clear"
-CLEAR_TEXT = "[history cleared]"
 ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
@@ -88,23 +84,15 @@ class PgmemChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The session's last ``max_messages`` live turns after the last ``clear()``, oldest first."""
+        """The session's last ``max_messages`` live turns, oldest first."""
         if self._is_async:
             raise ValidationError("this history wraps an AsyncMemory: use aget_messages", field="memory")
-        return self._after_clear(self.memory.recent_turns(self.session_id, n=self.max_messages))
+        return [_message(t) for t in self.memory.recent_turns(self.session_id, n=self.max_messages)]
 
     async def aget_messages(self) -> list[BaseMessage]:
         if self._is_async:
-            return self._after_clear(await self.memory.recent_turns(self.session_id, n=self.max_messages))
+            return [_message(t) for t in await self.memory.recent_turns(self.session_id, n=self.max_messages)]
         return await super().aget_messages()
-
-    @staticmethod
-    def _after_clear(turns: Sequence[Any]) -> list[BaseMessage]:
-        start = 0
-        for i, t in enumerate(turns):
-            if (t.metadata or {}).get(CLEAR) is True:
-                start = i + 1
-        return [_message(t) for t in turns[start:]]
 
     @staticmethod
     def _turn(message: BaseMessage) -> dict[str, Any]:
@@ -129,15 +117,15 @@ class PgmemChatMessageHistory(BaseChatMessageHistory):
             await self.memory.append_turn(self.session_id, t["role"], t["content"], metadata=t["metadata"])
 
     def clear(self) -> None:
-        """Hide the turns so far from ``messages`` (a marker turn: see the module docstring)."""
+        """Delete the session's turns (:meth:`pgmem.Memory.clear_session`)."""
         if self._is_async:
             raise ValidationError("this history wraps an AsyncMemory: use aclear", field="memory")
-        self.memory.append_turn(self.session_id, "system", CLEAR_TEXT, metadata={CLEAR: True})
+        self.memory.clear_session(self.session_id)
 
     async def aclear(self) -> None:
         if not self._is_async:
             return await super().aclear()
-        await self.memory.append_turn(self.session_id, "system", CLEAR_TEXT, metadata={CLEAR: True})
+        await self.memory.clear_session(self.session_id)
 
 
 __all__ = ["PgmemChatMessageHistory"]

@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import math
 import random
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AsyncExitStack, ExitStack
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 from langgraph.store.base import (
@@ -60,7 +59,8 @@ from langgraph.store.base import (
 from langgraph.store.base import validate_op_namespace
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
-from ..errors import (DatabaseError, DuplicateMemory, IdentityError, InvalidFilter, NotFound, PgmemError,
+from ..client import KEY_FIELD
+from ..errors import (DatabaseError, IdentityError, InvalidFilter, PgmemError,
                       ValidationError)
 
 NS = "langgraph:namespace"
@@ -71,14 +71,20 @@ TTL = "langgraph:ttl"
 RESERVED = "langgraph:"
 OPERATORS = {"$eq": "eq", "$ne": "ne", "$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
 PAGE = 1000  # pgmem.list's largest page
-# Concurrent batches writing the same keys can deadlock (their lookups, deletes, updates and inserts lock rows and
-# the content index in different orders); PostgreSQL then aborts one transaction, which is run again.
+# pgmem.put_keyed locks a batch's keys in sorted order, but a put can still meet another write of the user (a
+# deadlock, or a serialisation failure): PostgreSQL then aborts one statement, and the batch is run again.
 RETRY_SQLSTATES = ("40P01", "40001")  # deadlock_detected, serialization_failure
 RETRIES = 4
 
 
 def _path(namespace: Sequence[str]) -> str:
     return ".".join(namespace)
+
+
+def item_key(namespace: Sequence[str], key: str) -> str:
+    """The pgmem key (``Memory.put_keyed``) of LangGraph item ``key`` in ``namespace``: the JSON array of the
+    labels and the key, e.g. ``'["alice","prefs","food"]'``, unambiguous whatever the labels hold."""
+    return json.dumps([*namespace, key], ensure_ascii=False, separators=(",", ":"))
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -137,7 +143,7 @@ def _to_item(rec: Any, cls: type = Item) -> Item:
     meta = dict(rec.metadata or {})
     namespace = tuple(meta[NS])
     key = meta[KEY]
-    value = {k: v for k, v in meta.items() if not k.startswith(RESERVED)}
+    value = {k: v for k, v in meta.items() if not k.startswith(RESERVED) and k != KEY_FIELD}
     if cls is SearchItem:
         score = rec.score if rec.score is not None else rec.similarity  # vector mode: the cosine similarity
         return SearchItem(namespace, key, value, rec.created_at, rec.updated_at, score=score)
@@ -153,18 +159,16 @@ def _matches(namespace: tuple[str, ...], cond: MatchCondition) -> bool:
 
 
 class _Call(NamedTuple):
-    """One request of a plan to its driver: ``client.method(*args, **kwargs)``; ``tx`` runs it on the plan's
-    transaction (one connection, committed when the plan ends, rolled back when it raises)."""
+    """One request of a plan to its driver: ``client.method(*args, **kwargs)``, one statement."""
 
     client: Any
     method: str
     args: tuple
     kwargs: dict
-    tx: bool = False
 
 
-def _call(client: Any, method: str, *args: Any, tx: bool = False, **kwargs: Any) -> _Call:
-    return _Call(client, method, args, kwargs, tx)
+def _call(client: Any, method: str, *args: Any, **kwargs: Any) -> _Call:
+    return _Call(client, method, args, kwargs)
 
 
 class PgmemStore(BaseStore):
@@ -202,10 +206,6 @@ class PgmemStore(BaseStore):
         self.search_mode = search_mode
         self._clients: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        # One writing transaction at a time per store: concurrent batches of one process would otherwise deadlock
-        # each other on the same keys; batches of other processes are retried on a deadlock.
-        self._write_lock = threading.Lock()
-        self._async_write_lock: asyncio.Lock | None = None
         if self.is_async:
             try:  # as AsyncPostgresStore: the loop the store is made on serves sync calls from other threads
                 self._loop = asyncio.get_running_loop()
@@ -279,52 +279,32 @@ class PgmemStore(BaseStore):
     # --- drivers: run a plan's calls with a sync or async client -------------------------------------------------
     # A plan is a generator of _Call requests; pgmem errors of a call are thrown back into it (it may retry).
     def _drive_sync(self, plan) -> Any:
-        with ExitStack() as stack:
-            conn = None
-            result: Any = None
-            error: BaseException | None = None
-            while True:
-                try:
-                    call = plan.throw(error) if error is not None else plan.send(result)
-                except StopIteration as stop:
-                    return stop.value
-                result, error = None, None
-                kwargs = dict(call.kwargs)
-                if call.tx and conn is None:
-                    stack.enter_context(self._write_lock)
-                    conn = stack.enter_context(self.memory.pool.connection())
-                    stack.enter_context(conn.transaction())
-                if conn is not None:  # once the plan writes, it reads its own writes
-                    kwargs["conn"] = conn
-                try:
-                    result = getattr(call.client, call.method)(*call.args, **kwargs)
-                except PgmemError as exc:
-                    error = exc
+        result: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                call = plan.throw(error) if error is not None else plan.send(result)
+            except StopIteration as stop:
+                return stop.value
+            result, error = None, None
+            try:
+                result = getattr(call.client, call.method)(*call.args, **call.kwargs)
+            except PgmemError as exc:
+                error = exc
 
     async def _drive_async(self, plan) -> Any:
-        async with AsyncExitStack() as stack:
-            conn = None
-            result: Any = None
-            error: BaseException | None = None
-            while True:
-                try:
-                    call = plan.throw(error) if error is not None else plan.send(result)
-                except StopIteration as stop:
-                    return stop.value
-                result, error = None, None
-                kwargs = dict(call.kwargs)
-                if call.tx and conn is None:
-                    if self._async_write_lock is None:
-                        self._async_write_lock = asyncio.Lock()
-                    await stack.enter_async_context(self._async_write_lock)
-                    conn = await stack.enter_async_context(self.memory.pool.connection())
-                    await stack.enter_async_context(conn.transaction())
-                if conn is not None:  # once the plan writes, it reads its own writes
-                    kwargs["conn"] = conn
-                try:
-                    result = await getattr(call.client, call.method)(*call.args, **kwargs)
-                except PgmemError as exc:
-                    error = exc
+        result: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                call = plan.throw(error) if error is not None else plan.send(result)
+            except StopIteration as stop:
+                return stop.value
+            result, error = None, None
+            try:
+                result = await getattr(call.client, call.method)(*call.args, **call.kwargs)
+            except PgmemError as exc:
+                error = exc
 
     # --- identity -----------------------------------------------------------------------------------------------
     def _client(self, namespace: Sequence[str], write: bool):
@@ -399,29 +379,12 @@ class PgmemStore(BaseStore):
                                    or not math.isfinite(op.ttl) or op.ttl <= 0):
             raise ValidationError(f"ttl must be a positive number of minutes, got {op.ttl!r}", field="ttl")
 
-    def _lookup(self, client: Any, pairs: Sequence[tuple[tuple[str, ...], str]], tx: bool = False):
-        """The live memories of the items ``pairs`` ((namespace, key)), as {pair: [records, newest first]}."""
-        keys = sorted({k for _, k in pairs})
-        flt: dict[str, Any] = {KEY: keys[0]} if len(keys) == 1 else {KEY: {"in": keys}}
-        sessions = {_path(ns) for ns, _ in pairs}
-        session = sessions.pop() if len(sessions) == 1 and len(_path(pairs[0][0])) <= 256 else None
-        if session is None and len({ns for ns, _ in pairs}) == 1:
-            flt[NS] = {"eq": list(pairs[0][0])}
-        wanted = set(pairs)
-        out: dict[tuple[tuple[str, ...], str], list[Any]] = {}
-        cursor = None
-        while True:
-            page = yield _call(client, "list", session_id=session, filter=flt, limit=PAGE, cursor=cursor, tx=tx)
-            for r in page.items:
-                pair = (tuple(r.metadata.get(NS, ())), r.metadata.get(KEY))
-                if pair in wanted:
-                    out.setdefault(pair, []).append(r)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        for recs in out.values():
-            recs.sort(key=lambda r: (r.updated_at, str(r.id)), reverse=True)
-        return out
+    def _lookup(self, client: Any, pairs: Sequence[tuple[tuple[str, ...], str]]):
+        """The live memories of the items ``pairs`` ((namespace, key)), as {pair: record}: one indexed
+        ``get_keyed`` call."""
+        keys = {item_key(ns, k): (tuple(ns), k) for ns, k in pairs}
+        found = yield _call(client, "get_keyed", list(keys))
+        return {keys[k]: rec for k, rec in found.items() if k in keys}
 
     def _get(self, op: GetOp, later: dict):
         client, _ = yield from self._client(op.namespace, write=False)
@@ -429,7 +392,7 @@ class PgmemStore(BaseStore):
         found = yield from self._lookup(client, [pair])
         if pair not in found:
             return None
-        rec = found[pair][0]
+        rec = found[pair]
         if op.refresh_ttl:
             self._refresh_later(later, client, [rec])
         return _to_item(rec)
@@ -467,6 +430,7 @@ class PgmemStore(BaseStore):
                 return out
 
     def _list_namespaces(self, op: ListNamespacesOp):
+        """One ``metadata_values`` call: the distinct namespaces, matched, cut, sorted and paged in SQL."""
         conds = list(op.match_conditions or ())
         prefix: tuple[str, ...] = ()
         for c in conds:
@@ -479,13 +443,11 @@ class PgmemStore(BaseStore):
                 if len(fixed) > len(prefix):
                     prefix = tuple(fixed)
         client, _ = yield from self._client(prefix, write=False)
-        recs = yield from self._list_all(client, _namespace_filter(prefix))
-        seen: set[tuple[str, ...]] = set()
-        for r in recs:
-            ns = tuple(r.metadata[NS])
-            if all(_matches(ns, c) for c in conds):
-                seen.add(ns[:op.max_depth] if op.max_depth is not None else ns)
-        return sorted(seen)[op.offset:op.offset + op.limit]
+        prefixes = [list(c.path) for c in conds if c.match_type == "prefix"]
+        suffixes = [list(c.path) for c in conds if c.match_type == "suffix"]
+        values = yield _call(client, "metadata_values", NS, prefixes=prefixes or None, suffixes=suffixes or None,
+                             max_depth=op.max_depth, limit=op.limit, offset=op.offset)
+        return [tuple(v) for v in values]
 
     # --- writes ---------------------------------------------------------------------------------------------------
     def _ttl_minutes(self, op: PutOp) -> float | None:
@@ -497,25 +459,18 @@ class PgmemStore(BaseStore):
 
     def _item(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any], index: Any,
               ttl: float | None) -> dict[str, Any]:
-        """The add_many item of one put."""
+        """The put_keyed item of one put."""
         text = "" if index is False else item_text(value, self.fields if index is None else list(index))
         path = _path(namespace)
         meta = {**value, NS: list(namespace), PREFIXES: [_path(namespace[:i]) for i in range(1, len(namespace) + 1)],
                 KEY: key, INDEXED: bool(text)}
         if ttl is not None:
             meta[TTL] = ttl
-        return {"content": text or f"{path}/{key}", "metadata": meta,
-                "session_id": path if len(path) <= 256 else None, "created_at": None,
-                "expires_at": None, "ttl": ttl}
-
-    @staticmethod
-    def _own(item: dict[str, Any]) -> dict[str, Any] | None:
-        """``item`` with the last line ``[<namespace>/<key>]`` that makes its content its own (None: has it)."""
-        meta = item["metadata"]
-        suffix = f"\n[{_path(meta[NS])}/{meta[KEY]}]"
-        if item["content"].endswith(suffix):
-            return None
-        return {**item, "content": item["content"] + suffix}
+        content = text or f"{path}/{key}"
+        return {"key": item_key(namespace, key), "content": content, "metadata": meta,
+                # when another memory of the user holds the text, the item's own last line makes it its own
+                "alt_content": f"{content}\n[{path}/{key}]",
+                "session_id": path if len(path) <= 256 else None, "ttl": ttl}
 
     def _put_all(self, ops: list[PutOp]):
         by_user: dict[str, tuple[Any, list[PutOp]]] = {}
@@ -526,91 +481,19 @@ class PgmemStore(BaseStore):
             yield from self._put_user(client, user_ops)
 
     def _put_user(self, client: Any, ops: list[PutOp]):
-        """The puts of one user, in the plan's transaction: existing items (found by namespace and key) are
-        updated in place (their id, version and history stay) or, when their expiry changes, deleted and stored
-        again with their ``created_at``; new ones are added in one add_many. An item whose text another memory of
-        the user holds gets the content line ``[<namespace>/<key>]``. Extra copies of a key (two first puts that
-        raced) are deleted."""
-        # The space first, outside the transaction: created in it and rolled back, the client's cache would hold
-        # a space that does not exist.
-        yield _call(client, "space")
-        existing = yield from self._lookup(client, [(tuple(op.namespace), op.key) for op in ops], tx=True)
-        adds: list[dict[str, Any]] = []
+        """The puts of one user as one ``put_keyed`` call (one statement, all or nothing): an existing item is
+        updated in place (its id, ``created_at`` and history stay, its expiry is the put's), a new one added,
+        ``value=None`` deletes; concurrent puts of a key wait for each other in the database."""
+        items = []
         for op in ops:
-            found = existing.get((tuple(op.namespace), op.key), [])
-            for extra in found[1:]:
-                yield _call(client, "delete", extra.id, tx=True)
-            current = found[0] if found else None
             if op.value is None:
-                if current is not None:
-                    yield _call(client, "delete", current.id, tx=True)
+                items.append({"key": item_key(op.namespace, op.key), "content": None})
                 continue
             item = self._item(tuple(op.namespace), op.key, op.value, op.index, self._ttl_minutes(op))
-            if current is not None and item["ttl"] is None and current.expires_at is None:
-                done = False
-                for candidate in (item, self._own(item)):
-                    if candidate is None:
-                        raise ValidationError(f"key {op.key!r} of {tuple(op.namespace)!r}: its text is held by "
-                                              "another memory", field="value")
-                    try:
-                        yield _call(client, "update", current.id, content=candidate["content"],
-                                    metadata=candidate["metadata"], replace_metadata=True, tx=True)
-                        done = True
-                        break
-                    except DuplicateMemory:
-                        continue
-                    except NotFound:  # deleted by a concurrent batch since the lookup: store it anew
-                        break
-                if done:
-                    continue
-                item["created_at"] = current.created_at
-                adds.append(item)
-                continue
-            if current is not None:
-                yield _call(client, "delete", current.id, tx=True)
-                item["created_at"] = current.created_at
-            adds.append(item)
-        yield from self._add(client, adds)
-
-    def _add(self, client: Any, items: list[dict[str, Any]]):
-        """add_many ``items`` in the plan's transaction. An item that met another memory's content (created False)
-        is added again with its own content line, unless that memory is the same item (a concurrent put of the
-        same key and text won): then it gets this put's value."""
-        pending = items
-        for _ in range(5):
-            if not pending:
-                return
-            # The expiry counts from the write itself (a batch may have waited for the store's write lock).
-            now = datetime.now(timezone.utc)
-            batch = [{k: v for k, v in it.items() if k != "ttl"} | (
-                {"expires_at": now + timedelta(minutes=it["ttl"])} if it.get("ttl") is not None else {})
-                for it in pending]
-            results = yield _call(client, "add_many", batch, tx=True)
-            again = []
-            for item, res in zip(pending, results):
-                if res.created:
-                    continue
-                meta = item["metadata"]
-                other = yield _call(client, "get", res.id, tx=True)
-                if other is None:  # deleted by a concurrent batch since: try again
-                    again.append(item)
-                    continue
-                if (other.metadata or {}).get(KEY) == meta[KEY] and \
-                        list((other.metadata or {}).get(NS, ())) == meta[NS]:
-                    try:
-                        yield _call(client, "update", res.id, metadata=meta, replace_metadata=True, tx=True)
-                    except NotFound:  # and deleted since by yet another batch: add it again
-                        again.append(item)
-                    continue
-                own = self._own(item)
-                if own is None:
-                    raise ValidationError(f"key {meta[KEY]!r} of {tuple(meta[NS])!r}: its text is held by memory "
-                                          f"{res.id}", field="value")
-                again.append(own)
-            pending = again
-        if pending:
-            raise DatabaseError("could not store the items: other batches kept changing the same keys",
-                                sqlstate="40001")
+            ttl = item.pop("ttl")  # counted by the database from the write itself
+            item["ttl"] = timedelta(minutes=ttl) if ttl is not None else None
+            items.append(item)
+        yield _call(client, "put_keyed", items)
 
     @staticmethod
     def _refresh_later(later: dict, client: Any, recs: Sequence[Any]) -> None:
@@ -619,22 +502,11 @@ class PgmemStore(BaseStore):
                 later[r.id] = (client, r)
 
     def _refresh(self, client: Any, recs: Sequence[Any]):
-        """Re-store the items of ``recs`` that have a TTL, so that they expire ``ttl`` minutes from now: those
-        still as read (looked up again in the transaction; an item changed or deleted since is left alone)."""
-        recs = [r for r in recs if (r.metadata or {}).get(TTL) is not None]
-        if not recs:
-            return
-        read = {r.id for r in recs}
-        now = yield from self._lookup(client, [(tuple(r.metadata[NS]), r.metadata[KEY]) for r in recs], tx=True)
-        items = []
-        for found in now.values():
-            r = found[0]
-            if r.id not in read:
-                continue
-            yield _call(client, "delete", r.id, tx=True)
-            items.append({"content": r.content, "metadata": dict(r.metadata), "session_id": r.session_id,
-                          "created_at": r.created_at, "expires_at": None, "ttl": r.metadata[TTL]})
-        yield from self._add(client, items)
+        """Move the expiry of the items of ``recs`` that have a TTL to ``ttl`` minutes from now: one
+        ``set_expiry`` call (an item deleted since is skipped by the database)."""
+        ttls = {r.id: timedelta(minutes=r.metadata[TTL]) for r in recs if (r.metadata or {}).get(TTL) is not None}
+        if ttls:
+            yield _call(client, "set_expiry", ttls)
 
 
 __all__ = ["PgmemStore", "item_text", "translate_filter"]

@@ -104,6 +104,8 @@ CREATE INDEX memories_fts_idx ON pgmem.memories USING gin (fts);
 CREATE UNIQUE INDEX memories_content_key ON pgmem.memories (user_id, space_id, content_hash) WHERE valid_to IS NULL;
 CREATE INDEX memories_user_superseded_by_idx ON pgmem.memories (user_id, superseded_by) WHERE superseded_by IS NOT NULL;
 CREATE INDEX memories_expires_at_idx ON pgmem.memories (expires_at) WHERE expires_at IS NOT NULL;
+-- Keyed memories (pgmem.put_keyed, get_keyed): the key in metadata "pgmem:key"; only rows that have one.
+CREATE INDEX memories_user_key_idx ON pgmem.memories (user_id, space_id, (metadata ->> 'pgmem:key')) WHERE metadata ? 'pgmem:key';
 -- Each space adds its partial HNSW index here (pgmem.create_space, 20-spaces.sql).
 
 -- Row-level security, forced on the owner too: every role sees its own user's rows only.

@@ -185,3 +185,94 @@ END
 $$;
 COMMENT ON FUNCTION pgmem.history(uuid) IS
     'Every event of one memory of the current user, oldest first (also after the memory was deleted; after expiry only the EXPIRE tombstone). related_id: the successor of a SUPERSEDE.';
+
+-- The live memory of each key (metadata "pgmem:key", written by pgmem.put_keyed), through the key index.
+CREATE FUNCTION pgmem.get_keyed(p_space text, p_keys text[]) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+BEGIN
+    IF cardinality(p_keys) > 10000 THEN
+        RAISE EXCEPTION 'at most 10000 keys a call, got %', cardinality(p_keys) USING ERRCODE = 'PGM08';
+    END IF;
+    RETURN QUERY
+    SELECT DISTINCT ON (m.metadata ->> 'pgmem:key') (pgmem._to_memory(m, v_space.name, NULL, v_space.memory_ttl)).*
+    FROM pgmem.memories m
+    WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.metadata ? 'pgmem:key'
+      AND m.metadata ->> 'pgmem:key' = ANY (p_keys) AND m.valid_to IS NULL
+      AND pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now()
+    ORDER BY m.metadata ->> 'pgmem:key', m.updated_at DESC, m.id;
+END
+$$;
+COMMENT ON FUNCTION pgmem.get_keyed(text, text[]) IS
+    'The live memory that holds for each of p_keys (metadata "pgmem:key", see pgmem.put_keyed) of the current user in a space: at most one row per key (the newest), none for a missing or expired key.';
+
+-- Distinct values of one metadata key holding a JSON array of labels (LangGraph's namespaces), filtered by
+-- label patterns, cut to a depth, sorted, paged: what LangGraph's list_namespaces asks for, in one statement.
+CREATE FUNCTION pgmem.metadata_values(
+    p_space text, p_key text, p_prefixes jsonb DEFAULT NULL, p_suffixes jsonb DEFAULT NULL,
+    p_max_depth integer DEFAULT NULL, p_limit integer DEFAULT 100, p_offset integer DEFAULT 0
+) RETURNS TABLE (value jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+    v_pat jsonb;
+BEGIN
+    IF p_key IS NULL OR p_key = '' THEN
+        RAISE EXCEPTION 'the metadata key must not be empty' USING ERRCODE = 'PGM08';
+    END IF;
+    FOR v_pat IN SELECT x FROM unnest(ARRAY[coalesce(p_prefixes, '[]'), coalesce(p_suffixes, '[]')]) AS x LOOP
+        IF jsonb_typeof(v_pat) <> 'array' OR EXISTS (
+                SELECT 1 FROM jsonb_array_elements(v_pat) AS p(path)
+                WHERE jsonb_typeof(p.path) <> 'array'
+                   OR EXISTS (SELECT 1 FROM jsonb_array_elements(p.path) AS l(label) WHERE jsonb_typeof(l.label) <> 'string')) THEN
+            RAISE EXCEPTION 'prefixes and suffixes must be JSON arrays of arrays of strings' USING ERRCODE = 'PGM08';
+        END IF;
+    END LOOP;
+    IF p_max_depth IS NOT NULL AND p_max_depth < 1 THEN
+        RAISE EXCEPTION 'max_depth must be at least 1, got %', p_max_depth USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 10000, got %', p_limit USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_offset IS NULL OR p_offset < 0 THEN
+        RAISE EXCEPTION 'offset must not be negative, got %', p_offset USING ERRCODE = 'PGM08';
+    END IF;
+    -- A pattern matches a value when each of its labels is "*" or equals the value's label at the same
+    -- position, counted from the start (prefix) or the end (suffix). Labels sort by code point (COLLATE "C").
+    RETURN QUERY
+    WITH vals AS (
+        SELECT DISTINCT m.metadata -> p_key AS v
+        FROM pgmem.memories m
+        WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.metadata ? p_key
+          AND jsonb_typeof(m.metadata -> p_key) = 'array' AND m.valid_to IS NULL
+          AND pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now()
+    ), matched AS (
+        SELECT a.v FROM vals a
+        WHERE NOT EXISTS (
+                SELECT 1 FROM jsonb_array_elements(coalesce(p_prefixes, '[]')) AS c(path)
+                WHERE jsonb_array_length(c.path) > jsonb_array_length(a.v)
+                   OR EXISTS (SELECT 1 FROM jsonb_array_elements(c.path) WITH ORDINALITY AS l(label, i)
+                              WHERE l.label <> '"*"' AND l.label IS DISTINCT FROM a.v -> (l.i::integer - 1)))
+          AND NOT EXISTS (
+                SELECT 1 FROM jsonb_array_elements(coalesce(p_suffixes, '[]')) AS c(path)
+                WHERE jsonb_array_length(c.path) > jsonb_array_length(a.v)
+                   OR EXISTS (SELECT 1 FROM jsonb_array_elements(c.path) WITH ORDINALITY AS l(label, i)
+                              WHERE l.label <> '"*"' AND l.label IS DISTINCT FROM
+                                    a.v -> (jsonb_array_length(a.v) - jsonb_array_length(c.path) + l.i::integer - 1)))
+    ), cut AS (
+        SELECT DISTINCT ARRAY(SELECT e.label FROM jsonb_array_elements_text(x.v) WITH ORDINALITY AS e(label, i)
+                              WHERE p_max_depth IS NULL OR e.i <= p_max_depth ORDER BY e.i) AS labels
+        FROM matched x
+    )
+    SELECT to_jsonb(c.labels) FROM cut c ORDER BY c.labels COLLATE "C" LIMIT p_limit OFFSET p_offset;
+END
+$$;
+COMMENT ON FUNCTION pgmem.metadata_values(text, text, jsonb, jsonb, integer, integer, integer) IS
+    'The distinct values of metadata key p_key that are JSON arrays (of labels) among the current user''s live memories that hold in a space: only those matching every pattern of p_prefixes (from the start) and p_suffixes (from the end), each a JSON array of labels where "*" matches any label; cut to their first p_max_depth labels, deduplicated, sorted by label (code point order), then p_offset and p_limit (1..10000). Returns each as a JSON array of strings.';

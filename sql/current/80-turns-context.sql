@@ -335,3 +335,23 @@ END
 $$;
 COMMENT ON FUNCTION pgmem.context(text, text, text, vector, integer, integer, double precision, integer, text, jsonb, text) IS
     'What an agent puts in its prompt for a query: the most recent turns of the session (a contiguous tail, within p_turn_share of the budget, at most p_max_turns) and the most relevant long-term memories (pgmem.search_hybrid, k candidates) in the rest, each a labelled line ([memory YYYY-MM-DD] / [turn role YYYY-MM-DD HH:MI]). The sum of tokens (pgmem.token_count of each line) never exceeds p_budget_tokens; no memory repeats a turn shown or summarises only turns shown. Rows: memories by relevance, then turns oldest first.';
+
+CREATE FUNCTION pgmem.clear_session(p_space text, p_session_id text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_user text := pgmem._require_user();
+    v_space pgmem.spaces := pgmem.space(p_space);
+    v_n bigint;
+BEGIN
+    IF p_session_id IS NULL OR p_session_id = '' THEN
+        RAISE EXCEPTION 'a session id is required' USING ERRCODE = 'PGM08';
+    END IF;
+    DELETE FROM pgmem.turns t WHERE t.user_id = v_user AND t.space_id = v_space.space_id AND t.session_id = p_session_id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION pgmem.clear_session(text, text) IS
+    'Delete every turn of one session of the current user in a space (consolidated or not, live or expired); returns how many. Memories consolidated from them stay, with their source links (turn ids). Turns keep no history.';

@@ -70,6 +70,16 @@ ALTER FUNCTION pgmem.append_turn(text, text, text, text, text, @vector@.vector, 
 ALTER FUNCTION pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.recent_turns(text, text, integer) SECURITY DEFINER;
 ALTER FUNCTION pgmem.recent_turns(text, text, integer) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.put_keyed(text, text[], text[], @vector@.vector[], jsonb[], text[], timestamptz[], interval[], text[], text, text, integer[], text[], @vector@.vector[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.put_keyed(text, text[], text[], @vector@.vector[], jsonb[], text[], timestamptz[], interval[], text[], text, text, integer[], text[], @vector@.vector[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.set_expiry(uuid[], interval[], text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.set_expiry(uuid[], interval[], text) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.get_keyed(text, text[]) SECURITY DEFINER;
+ALTER FUNCTION pgmem.get_keyed(text, text[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.metadata_values(text, text, jsonb, jsonb, integer, integer, integer) SECURITY DEFINER;
+ALTER FUNCTION pgmem.metadata_values(text, text, jsonb, jsonb, integer, integer, integer) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.clear_session(text, text) SECURITY DEFINER;
+ALTER FUNCTION pgmem.clear_session(text, text) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.pending_turns(text, text, integer) SECURITY DEFINER;
 ALTER FUNCTION pgmem.pending_turns(text, text, integer) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.consolidate(text, text, bigint[], text[], @vector@.vector[], jsonb[], text, text, integer[], text[], @vector@.vector[]) SECURITY DEFINER;
@@ -120,6 +130,11 @@ GRANT EXECUTE ON FUNCTION
     pgmem.history(uuid),
     pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz),
     pgmem.recent_turns(text, text, integer),
+    pgmem.put_keyed(text, text[], text[], @vector@.vector[], jsonb[], text[], timestamptz[], interval[], text[], text, text, integer[], text[], @vector@.vector[]),
+    pgmem.set_expiry(uuid[], interval[], text),
+    pgmem.get_keyed(text, text[]),
+    pgmem.metadata_values(text, text, jsonb, jsonb, integer, integer, integer),
+    pgmem.clear_session(text, text),
     pgmem.pending_turns(text, text, integer),
     pgmem.consolidate(text, text, bigint[], text[], @vector@.vector[], jsonb[], text, text, integer[], text[], @vector@.vector[]),
     pgmem.sources(uuid),
@@ -141,6 +156,8 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgmem FROM PUBLIC, pgmem_agent, pgmem_gate
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmem.memories, pgmem.tenant_sizes TO pgmem_api;
 GRANT SELECT, INSERT, DELETE ON pgmem.memory_vectors TO pgmem_api;
 GRANT SELECT, INSERT ON pgmem.history, pgmem.memory_sources, pgmem.turns TO pgmem_api;
+-- clear_session deletes a session's turns.
+GRANT DELETE ON pgmem.turns TO pgmem_api;
 GRANT UPDATE (consolidated_at) ON pgmem.turns TO pgmem_api;
 GRANT SELECT ON pgmem.spaces TO pgmem_api;
 GRANT USAGE ON SEQUENCE pgmem.memories_seq TO pgmem_api;

@@ -39,12 +39,18 @@ def test_messages_round_trip_as_turns(alice):
     assert all(t.expires_at is not None for t in turns)  # the space's turn TTL applies
 
 
-def test_clear_hides_earlier_turns_and_sessions_are_separate(alice, bob):
+def test_clear_deletes_the_sessions_turns_and_sessions_are_separate(alice, bob):
     h = PgmemChatMessageHistory(alice, "chat-2")
     h.add_user_message("first")
     h.add_ai_message("reply")
+    PgmemChatMessageHistory(alice, "kept").add_user_message("another session")
+    PgmemChatMessageHistory(bob, "chat-2").add_user_message("bob's session of the same name")
     h.clear()
     assert h.messages == []
+    assert alice.recent_turns("chat-2") == []  # deleted in the database, not hidden behind a marker
+    assert [t.content for t in alice.recent_turns("kept")] == ["another session"]
+    assert [t.content for t in bob.recent_turns("chat-2")] == ["bob's session of the same name"]
+    PgmemChatMessageHistory(bob, "chat-2").clear()
     h.add_user_message("after clear")
     assert h.messages == [HumanMessage("after clear")]
     assert PgmemChatMessageHistory(alice, "other").messages == []
@@ -114,7 +120,7 @@ def test_async_history_on_async_memory(dsn):
             await h.aadd_messages([HumanMessage("async hello"), AIMessage("async reply")])
             assert await h.aget_messages() == [HumanMessage("async hello"), AIMessage("async reply")]
             await h.aclear()
-            assert await h.aget_messages() == []
+            assert await h.aget_messages() == [] and await m.recent_turns("chat-async") == []
             with pytest.raises(ValidationError, match="aget_messages"):
                 h.messages
 

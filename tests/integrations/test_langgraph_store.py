@@ -341,3 +341,83 @@ def test_concurrent_batches_on_the_same_keys(alice):
     keys = [r.metadata["langgraph:key"] for r in alice.list(limit=1000).items]
     assert len(keys) == len(set(keys))
     assert {i.key for i in store.search(ns, limit=100)} == set(keys)
+
+
+def test_two_stores_on_two_pools_putting_new_keys_make_one_item_each(make_memory, admin):
+    """Two processes' stores (each its own pool, so its own connections) put the same new keys at once: the
+    database serialises the puts of a key, so no key gets two memories (before, both could be added)."""
+    import threading
+
+    stores = [PgmemStore(make_memory("alice", "a")), PgmemStore(make_memory("alice", "b"))]
+    for s in stores:
+        s.memory.space()
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(store: PgmemStore, label: str) -> None:
+        try:
+            for i in range(12):
+                barrier.wait()
+                store.batch([PutOp(("alice", "race"), f"k{i}", {"text": f"{label} {i}"}),
+                             PutOp(("alice", "race"), f"k{i + 1}", {"text": f"{label} next {i}"})])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(s, label)) for s, label in zip(stores, "ab")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    counts = admin.execute("SELECT metadata ->> 'langgraph:key', count(*) FROM pgmem.memories"
+                           " WHERE user_id = 'alice' GROUP BY 1").fetchall()
+    assert sorted(counts) == sorted((f"k{i}", 1) for i in range(13))
+
+
+NAMESPACES = [("alice",), ("alice", "a"), ("alice", "a", "x"), ("alice", "a", "y"), ("alice", "b", "x"),
+              ("alice", "b", "x", "deep"), ("alice", "c"), ("alice", "ünï", "x"), ("alice", "Zed"), ("alice", "zed"),
+              ("alice", "a%", "x"), ("alice", "a_", "y"), ("alice", "x", "a")]
+
+
+def _listed(namespaces, prefix, suffix, max_depth, limit, offset):
+    """LangGraph's documented list_namespaces over ``namespaces`` (what the store returned when it read every
+    item and filtered in Python)."""
+    def ok(ns, path, from_end):
+        if len(path) > len(ns):
+            return False
+        part = ns[len(ns) - len(path):] if from_end else ns[:len(path)]
+        return all(p == "*" or p == n for p, n in zip(path, part))
+
+    seen = {ns[:max_depth] if max_depth else ns for ns in namespaces
+            if (prefix is None or ok(ns, prefix, False)) and (suffix is None or ok(ns, suffix, True))}
+    return sorted(seen)[offset:offset + limit]
+
+
+def test_list_namespaces_in_sql_equals_langgraphs_semantics_on_a_tree(store, make_memory):
+    for i, ns in enumerate(NAMESPACES):
+        store.put(ns, f"k{i}", {"text": f"item {i} in {'/'.join(ns)}"})
+        store.put(ns, f"second-{i}", {"text": f"another item {i} in {'/'.join(ns)}"})
+    store.put(("alice", "gone"), "k", {"text": "deleted"})
+    store.delete(("alice", "gone"), "k")
+    PgmemStore(make_memory("bob", "b")).put(("bob", "secret"), "k", {"text": "bob's"})
+    import itertools
+
+    for prefix, suffix, depth, (limit, offset) in itertools.product(
+            [None, ("alice",), ("alice", "a"), ("alice", "*", "x"), ("alice", "a%"), ("bob",)],
+            [None, ("x",), ("*", "y"), ("a", "x")], [None, 1, 2, 3], [(100, 0), (3, 2)]):
+        got = store.list_namespaces(prefix=prefix, suffix=suffix, max_depth=depth, limit=limit, offset=offset)
+        assert got == _listed(NAMESPACES, prefix, suffix, depth, limit, offset), (prefix, suffix, depth, limit, offset)
+
+
+def test_namespaces_of_another_user_are_never_listed(make_memory):
+    PgmemStore(make_memory("bob", "b")).put(("bob", "secret"), "k", {"text": "bob's"})
+    PgmemStore(make_memory("alice", "a")).put(("alice", "notes"), "k", {"text": "alice's"})
+    bound = PgmemStore(make_memory("alice", "a"))
+    assert bound.list_namespaces() == [("alice", "notes")]
+    assert bound.list_namespaces(prefix=("bob",)) == []
+    anywhere = PgmemStore(make_memory("alice", "a"), user_index=None)  # namespaces name no user: still alice's
+    assert anywhere.list_namespaces() == [("alice", "notes")]
+    gateway = PgmemStore(make_memory(None, "gw"))  # acts as the namespace's user
+    assert gateway.list_namespaces(prefix=("bob",)) == [("bob", "secret")]
+    assert gateway.list_namespaces(prefix=("alice",)) == [("alice", "notes")]
