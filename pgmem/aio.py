@@ -29,6 +29,7 @@ from psycopg.types.json import set_json_loads
 
 from .client import (
     AS_LOGIN,
+    CLUSTER_QUERY,
     DEFAULT_SPACE,
     GATEWAY_ROLE,
     AddResult,
@@ -115,6 +116,7 @@ class AsyncMemory(MemoryBase):
             try:  # as Memory: a role the login may not assume fails here, at once
                 async with await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10) as probe:
                     await _register_vector_async(probe)
+                    self._shared["cluster"] = bool((await (await probe.execute(CLUSTER_QUERY)).fetchone())[0])
                     if self.role:
                         await probe.execute("SELECT set_config('role', %s, false)", (self.role,))
             except psycopg.Error as exc:
@@ -209,7 +211,14 @@ class AsyncMemory(MemoryBase):
                         return await cur.fetchall()
             except psycopg.Error as exc:
                 raise from_psycopg(exc) from exc
-        if conn is None:
+        # Cluster mode (Citus, docs/scaling.md): always a transaction block, which carries SET LOCAL to workers.
+        if conn is None and self._shared.get("cluster") is None:
+            try:
+                async with self._connection(None) as c:
+                    self._shared["cluster"] = bool((await (await c.execute(CLUSTER_QUERY)).fetchone())[0])
+            except psycopg.Error as exc:
+                raise from_psycopg(exc) from exc
+        if conn is None and not self._shared["cluster"]:
             sql = query(name) if self.user_id is None else query_as_user(name)
             if sql is not None:
                 if self.user_id is not None:

@@ -46,6 +46,10 @@ DEFAULT_SPACE = "default"
 GATEWAY_ROLE = "pgmem_gateway"
 # Back to the login role for the rest of one transaction (the schema owner's calls, e.g. set_retention).
 AS_LOGIN = "SET LOCAL ROLE NONE"
+# The database-level setting `pgmem distribute` records on a Citus coordinator (ALTER DATABASE ... SET
+# pgmem.cluster = 'citus'): clients then carry the identity in a transaction block (docs/scaling.md).
+CLUSTER_SETTING = "pgmem.cluster"
+CLUSTER_QUERY = "SELECT current_setting('pgmem.cluster', true) = 'citus' AS cluster"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -456,6 +460,7 @@ class MemoryBase:
         self.contextual = contextual
         self._embedder = embedder
         self._spaces = {}
+        self.cluster: bool | None = None  # cluster mode (Citus): read from the database on connecting
 
     def _safe_dsn(self) -> str:
         return (self.dsn or "").split("@")[-1]
@@ -940,6 +945,7 @@ class Memory(MemoryBase):
             try:
                 with psycopg.connect(conninfo, connect_timeout=10) as probe:
                     _register_vector(probe)  # SchemaError at once when the vector extension is missing
+                    self.cluster = bool(probe.execute(CLUSTER_QUERY).fetchone()[0])
                     if self.role:
                         probe.execute("SELECT set_config('role', %s, false)", (self.role,))
             except psycopg.Error as exc:
@@ -1033,7 +1039,14 @@ class Memory(MemoryBase):
         # A pooled connection runs the call as one statement in autocommit mode, the identity set by
         # pgmem.as_user around its first argument (migration 0004): a statement is its own transaction, as
         # every pgmem function is. BEGIN, act_as, the call and COMMIT cost 0.7-1.2 ms more (FINDINGS.md S8).
-        if conn is None:
+        # Cluster mode (Citus): never, since a SET LOCAL reaches the workers only inside a transaction block.
+        if conn is None and self.cluster is None:
+            try:
+                with self.pool.connection() as c:
+                    self.cluster = bool(c.execute(CLUSTER_QUERY).fetchone()[0])
+            except psycopg.Error as exc:
+                raise from_psycopg(exc) from exc
+        if conn is None and not self.cluster:
             sql = query(name) if self.user_id is None else query_as_user(name)
             if sql is not None:
                 if self.user_id is not None:
