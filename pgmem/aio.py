@@ -1,8 +1,8 @@
 """The asyncio client: :class:`AsyncMemory`, the API of :class:`pgmem.Memory` with ``await``.
 
 Same methods, arguments, results, errors and statements as :class:`~pgmem.Memory`: both clients take
-their checks and query parameters from :class:`pgmem.client.MemoryBase`, and this module only runs them
-on psycopg's ``AsyncConnectionPool``. Embedding (a model or an HTTP call) runs in a worker thread
+their checks and query parameters from :class:`pgmem.client.MemoryBase`, and this module only awaits them
+through :class:`pgmem.transport.AsyncTransport` (psycopg's ``AsyncConnectionPool``). Embedding (a model or an HTTP call) runs in a worker thread
 (``asyncio.to_thread``), so it never blocks the event loop.
 
     async with AsyncMemory(user_id="alice", agent_id="planner") as mem:
@@ -17,21 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import dict_row
-from psycopg.types.json import set_json_loads
 
 from .client import (
-    AS_LOGIN,
-    CLUSTER_QUERY,
     DEFAULT_SPACE,
-    GATEWAY_ROLE,
     AddResult,
     Context,
     ContextItem,
@@ -46,28 +40,12 @@ from .client import (
     Turn,
     _MEMORY_ROWS,
     _VECTOR_ROWS,
-    _registered,
-    _role_error,
     _row,
-    _vector_missing,
-    idle_socket_quiet,
-    json_loads,
-    resolve_dsn,
 )
 from . import validation as v
 from .embedders import Embedder
-from .errors import DatabaseUnavailable, NotFound, PgmemError, VersionConflict, from_psycopg
-from .queries import query, query_as_user
-
-
-async def _register_vector_async(conn: psycopg.AsyncConnection) -> None:
-    from pgvector.psycopg import register_vector_async
-
-    try:
-        await register_vector_async(conn)
-    except psycopg.ProgrammingError as exc:
-        raise _vector_missing() from exc
-    _registered.add(conn)
+from .errors import NotFound, VersionConflict
+from .transport import AsyncTransport
 
 
 class AsyncMemory(MemoryBase):
@@ -85,16 +63,9 @@ class AsyncMemory(MemoryBase):
         self._setup(user_id, agent_id, space, embedder, contextual)
         self._space_lock = asyncio.Lock()
         self._owns_pool = pool is None
-        self._conn_args = (dsn, role, min_size, max_size)
         # Shared with the clients made by with_identity, which then use the pool once it is open.
-        self._shared: dict[str, Any] = {"pool": pool, "lock": asyncio.Lock()}
-        self.role = None if role is ... else role
-        self.dsn = None
-
-    @property
-    def pool(self) -> Any:
-        """The ``AsyncConnectionPool`` (None until the client is opened)."""
-        return self._shared["pool"]
+        self._transport = AsyncTransport(pool=pool, role=role, dsn=dsn, min_size=min_size, max_size=max_size)
+        self._writers: list[AsyncWriter] = []
 
     @classmethod
     async def connect(cls, dsn: str | None = None, **kw: Any) -> AsyncMemory:
@@ -104,34 +75,7 @@ class AsyncMemory(MemoryBase):
     async def open(self) -> AsyncMemory:
         """Open the connection pool (a no-op when open): one direct connection first, so a wrong DSN fails
         at once with the server's own message. Without a DSN: ``$PGMEM_DSN``, else the embedded server."""
-        async with self._shared["lock"]:
-            if self._shared["pool"] is not None:
-                return self
-            from psycopg_pool import AsyncConnectionPool
-
-            dsn, role, min_size, max_size = self._conn_args
-            conninfo, embedded = await asyncio.to_thread(resolve_dsn, dsn)
-            self.role = (GATEWAY_ROLE if embedded else None) if role is ... else role
-            self.dsn = conninfo
-            try:  # as Memory: a role the login may not assume fails here, at once
-                async with await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10) as probe:
-                    await _register_vector_async(probe)
-                    self._shared["cluster"] = bool((await (await probe.execute(CLUSTER_QUERY)).fetchone())[0])
-                    if self.role:
-                        await probe.execute("SELECT set_config('role', %s, false)", (self.role,))
-            except psycopg.Error as exc:
-                if getattr(exc, "sqlstate", None) is None:
-                    raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
-                raise _role_error(from_psycopg(exc), self.role) from exc
-            pool = AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, configure=self._configure,
-                                       check=self._check, open=False, name="pgmem-async")
-            try:
-                await pool.open(wait=True, timeout=30)
-            except Exception as exc:
-                await pool.close()
-                raise from_psycopg(exc) if isinstance(exc, psycopg.Error) else \
-                    PgmemError(f"could not connect to {self._safe_dsn()}: {exc}") from exc
-            self._shared["pool"] = pool
+        await self._transport.open()
         return self
 
     async def writer(self, **kw: Any) -> AsyncWriter:
@@ -146,15 +90,16 @@ class AsyncMemory(MemoryBase):
             Memory, self.dsn, user_id=self.user_id, agent_id=self.agent_id, space=self.space_name,
             embedder=self._embedder, role=self.role, min_size=1, max_size=2, contextual=self.contextual)
         w = AsyncWriter(sync, sync.writer(**kw))
-        self._shared.setdefault("writers", []).append(w)
+        self._writers.append(w)
         return w
 
     async def close(self) -> None:
         """Close the connection pool (when this client created it), after draining its writers."""
-        for w in self._shared.pop("writers", []):
+        writers, self._writers[:] = list(self._writers), []
+        for w in writers:
             await w.close()
-        if self._owns_pool and self._shared["pool"] is not None:
-            await self._shared["pool"].close()
+        if self._owns_pool and self.pool is not None:
+            await self._transport.close()
 
     async def __aenter__(self) -> AsyncMemory:
         return await self.open()
@@ -165,86 +110,6 @@ class AsyncMemory(MemoryBase):
     def with_identity(self, *, user_id: str | None = ..., agent_id: str | None = ...) -> AsyncMemory:
         """A client sharing this one's pool and embedder, acting for another user and/or agent."""
         return super().with_identity(user_id=user_id, agent_id=agent_id)
-
-    async def _check(self, conn: psycopg.AsyncConnection) -> None:
-        """As :meth:`pgmem.Memory._check`: on a broken connection, check every idle one at once."""
-        from psycopg_pool import AsyncConnectionPool
-
-        if idle_socket_quiet(conn):  # no round trip when nothing waits on its socket
-            return
-        try:
-            await AsyncConnectionPool.check_connection(conn)
-        except Exception:
-            await self.pool.check()
-            raise
-
-    async def _configure(self, conn: psycopg.AsyncConnection) -> None:
-        await _register_vector_async(conn)
-        set_json_loads(json_loads, conn)
-        if self.role:
-            await conn.execute("SELECT set_config('role', %s, false)", (self.role,))
-        await conn.commit()
-
-    # --- plumbing -------------------------------------------------------------------------------------------
-    @asynccontextmanager
-    async def _connection(self, conn: psycopg.AsyncConnection | None) -> AsyncIterator[psycopg.AsyncConnection]:
-        if conn is not None:
-            if conn not in _registered:
-                await _register_vector_async(conn)
-            yield conn
-        else:
-            if self._shared["pool"] is None:
-                await self.open()
-            async with self.pool.connection() as c:
-                yield c
-
-    async def _rows(self, name: str, params: dict[str, Any], conn: psycopg.AsyncConnection | None = None,
-                    row_factory: Any = dict_row, as_login: bool = False) -> list[Any]:
-        # As Memory._rows: as_login runs the schema owner's calls as the login itself (SET LOCAL ROLE NONE);
-        # otherwise a pooled connection runs the call as one statement (pgmem.as_user, migration 0004).
-        if as_login and conn is None:
-            try:
-                async with self._connection(None) as c, c.transaction():
-                    await c.execute(AS_LOGIN)
-                    async with c.cursor(row_factory=row_factory) as cur:
-                        await cur.execute(query(name), params)
-                        return await cur.fetchall()
-            except psycopg.Error as exc:
-                raise from_psycopg(exc) from exc
-        # Cluster mode (Citus, docs/scaling.md): always a transaction block, which carries SET LOCAL to workers.
-        if conn is None and self._shared.get("cluster") is None:
-            try:
-                async with self._connection(None) as c:
-                    self._shared["cluster"] = bool((await (await c.execute(CLUSTER_QUERY)).fetchone())[0])
-            except psycopg.Error as exc:
-                raise from_psycopg(exc) from exc
-        if conn is None and not self._shared["cluster"]:
-            sql = query(name) if self.user_id is None else query_as_user(name)
-            if sql is not None:
-                if self.user_id is not None:
-                    params = {**params, "pgmem_user_id": self.user_id}
-                try:
-                    async with self._connection(None) as c:
-                        await c.set_autocommit(True)
-                        try:
-                            async with c.cursor(row_factory=row_factory) as cur:
-                                await cur.execute(sql, params)
-                                return await cur.fetchall()
-                        finally:
-                            if not c.closed:
-                                await c.set_autocommit(False)
-                except psycopg.Error as exc:
-                    raise from_psycopg(exc) from exc
-        try:
-            async with self._connection(conn) as c, c.pipeline():
-                async with c.transaction():  # rows read after the COMMIT's sync: one round trip
-                    if self.user_id is not None:
-                        await c.execute(query("act_as"), {"user_id": self.user_id})
-                    cur = c.cursor(row_factory=row_factory)
-                    await cur.execute(query(name), params)
-                return await cur.fetchall()
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
 
     @staticmethod
     async def _off_loop(fn, *args: Any) -> Any:
@@ -426,7 +291,7 @@ class AsyncMemory(MemoryBase):
                             conn: psycopg.AsyncConnection | None = None) -> Space:
         """As :meth:`pgmem.Memory.set_retention` (the schema owner's, run as the login itself)."""
         await self.space(conn=conn)
-        row = (await self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn, as_login=True))[0]
+        row = (await self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn))[0]
         self._space = None
         return _row(Space, row)
 

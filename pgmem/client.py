@@ -1,19 +1,17 @@
 """The Python client: a thin wrapper over pgmem's stored functions.
 
-Each public method runs one statement calling one ``pgmem.*`` function (see ``queries.sql``), inside a
-transaction that first names the user (``pgmem.act_as``) when the client acts for one. Inputs are
-validated before anything is sent; database errors arrive as :mod:`pgmem.errors` classes.
+Intent lives here: :class:`MemoryBase` checks every argument and builds every statement's parameters, and
+:class:`Memory` turns the rows into records; how a statement reaches the database (pool, identity route,
+errors) is :mod:`pgmem.transport`'s. Most public methods run one named statement of ``queries.sql`` calling
+one ``pgmem.*`` function, acting for the client's user by the route the statement declares; the methods that
+run more than one say so in their docstrings. Inputs are validated before anything is sent; database errors
+arrive as :mod:`pgmem.errors` classes.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import threading
-import weakref
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,34 +20,25 @@ from uuid import UUID
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb, set_json_loads
+from psycopg.types.json import Jsonb
 
 from . import validation as v
 from .embedders import Embedder, default_embedder
 from .errors import (
     AmbiguousEdit,
-    DatabaseUnavailable,
     DimensionMismatch,
     EmbedderError,
     EmbeddingSpaceMismatch,
     NeedleNotFound,
     NotFound,
     PgmemError,
-    SchemaError,
     ValidationError,
     VersionConflict,
-    from_psycopg,
 )
-from .queries import query, query_as_user
+from .transport import GATEWAY_ROLE, SyncTransport, idle_socket_quiet, json_loads, resolve_dsn  # noqa: F401
+from .validation import ITEM_KEYS, check_item, count_occurrences, extra_texts  # noqa: F401
 
 DEFAULT_SPACE = "default"
-GATEWAY_ROLE = "pgmem_gateway"
-# Back to the login role for the rest of one transaction (the schema owner's calls, e.g. set_retention).
-AS_LOGIN = "SET LOCAL ROLE NONE"
-# The database-level setting `pgmem distribute` records on a Citus coordinator (ALTER DATABASE ... SET
-# pgmem.cluster = 'citus'): clients then carry the identity in a transaction block (docs/scaling.md).
-CLUSTER_SETTING = "pgmem.cluster"
-CLUSTER_QUERY = "SELECT current_setting('pgmem.cluster', true) = 'citus' AS cluster"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -273,151 +262,6 @@ def record_rows(cls, score_from: str | None = None):
 
 _MEMORY_ROWS = record_rows(MemoryRecord)
 _VECTOR_ROWS = record_rows(MemoryRecord, score_from="similarity")  # vector search: score = cosine similarity
-_json_decode = json.JSONDecoder().decode
-
-
-def json_loads(data: bytes) -> Any:
-    """What ``json.loads(data)`` returns (or raises), for json and jsonb values read on pgmem's pooled
-    connections: decoded as UTF-8 without json.loads' encoding detection (which, for bytes PostgreSQL sends,
-    can only find UTF-8: JSON text never starts with the NUL bytes of UTF-16 or UTF-32), and ``{}`` (a
-    memory's metadata by default) without parsing; a new dict each time. About half json.loads' time per
-    value (bench/FINDINGS.md S9)."""
-    if data == b"{}":
-        return {}
-    return _json_decode(data.decode())
-
-
-# --------------------------------------------------------------------------------------------------------
-# Connections
-# --------------------------------------------------------------------------------------------------------
-def idle_socket_quiet(conn: Any) -> bool:
-    """True when an idle pooled connection looks alive without a round trip: open, idle, and nothing waiting
-    on its socket. A backend that was terminated or a server that shut down writes its FATAL message and
-    closes the socket, which makes it readable; so does a notice or notification (then the caller probes
-    with a query, as before). Checking this instead of sending an empty query before every call saves one
-    round trip per call (0.1-0.2 ms locally, a network round trip remotely; docs/durability.md)."""
-    import select
-
-    try:
-        if conn.closed or conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            return False
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return False
-    return not readable
-
-
-def resolve_dsn(dsn: str | None) -> tuple[str, bool]:
-    """The DSN to use and whether it is the embedded server: ``dsn``, else ``$PGMEM_DSN``, else the embedded
-    server, started (and migrated) on demand."""
-    if dsn:
-        return dsn, False
-    env = os.environ.get("PGMEM_DSN")
-    if env:
-        return env, False
-    from . import migrations, server
-
-    url = server.start().url()
-    if not migrations.is_current(url):
-        migrations.migrate(url)
-    return url, True
-
-
-_registered: weakref.WeakSet = weakref.WeakSet()
-
-
-def _role_error(err: PgmemError, role: str | None) -> PgmemError:
-    """``err`` with a hint when the login may not switch to ``role`` (SET ROLE refused: SQLSTATE 42501 or,
-    for a role that does not exist, 22023)."""
-    if role and err.sqlstate in ("42501", "22023") and err.hint is None:
-        err.hint = (f"the login is not a member of role {role!r} (or it does not exist): GRANT {role} TO <login>, "
-                    "or pass another role= (None: act as the login role)")
-    return err
-
-
-def _vector_missing() -> SchemaError:
-    return SchemaError("the vector extension is missing in this database",
-                       hint="run `pgmem migrate` (a superuser may need to run CREATE EXTENSION vector)")
-
-
-def _register_vector(conn: psycopg.Connection) -> None:
-    from pgvector.psycopg import register_vector
-
-    try:
-        register_vector(conn)
-    except psycopg.ProgrammingError as exc:
-        raise _vector_missing() from exc
-    _registered.add(conn)
-
-
-SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
-MAX_SENTENCE_VECTORS = 32
-
-
-def extra_texts(content: str, metadata: Mapping[str, Any] | None, previous: str | None) -> list[tuple[str, str]]:
-    """The extra texts embedded with a memory for hybrid recall (docs/recall.md), as ``(kind, text)``:
-
-    - ``sentence``: each sentence (split after ``.``, ``!`` or ``?``) of a memory of two or more sentences,
-      at most 32, prefixed with ``metadata["speaker"] + ": "`` when the memory names a speaker;
-    - ``context``: the previous memory of the same session, a newline, then this memory.
-    """
-    out: list[tuple[str, str]] = []
-    sentences = [part.strip() for part in SENTENCE_SPLIT.split(content) if part.strip()]
-    if len(sentences) > 1:
-        speaker = metadata.get("speaker") if metadata else None
-        for sentence in sentences[:MAX_SENTENCE_VECTORS]:
-            if isinstance(speaker, str) and speaker and not sentence.startswith(speaker):
-                sentence = f"{speaker}: {sentence}"
-            out.append(("sentence", sentence))
-    if previous is not None:
-        out.append(("context", f"{previous}\n{content}"))
-    return out
-
-
-def count_occurrences(haystack: str, needle: str) -> int:
-    """Occurrences of ``needle`` in ``haystack`` as literal, case-sensitive text, overlapping ones included
-    (``"aa"`` in ``"aaa"`` is 2). Same rule as ``pgmem.count_occurrences`` in SQL."""
-    if needle == "":
-        raise ValidationError("the text to replace must not be empty", field="old")
-    count, pos = 0, haystack.find(needle)
-    while pos != -1:
-        count += 1
-        pos = haystack.find(needle, pos + 1)
-    return count
-
-
-ITEM_KEYS = frozenset({"content", "metadata", "agent_id", "session_id", "expires_at", "created_at", "embedding", "id",
-                       "user_id"})
-
-
-def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
-    """One item of :meth:`Memory.add_many`, validated: a dict with every key of ``ITEM_KEYS`` (None when not
-    given; ``metadata`` ``{}``; ``id`` a UUID). The embedding is checked later, against the space's dims.
-    Raises ValidationError naming ``index``."""
-    if isinstance(item, str):
-        item = {"content": item}
-    elif not isinstance(item, Mapping):
-        raise ValidationError("must be a string or a mapping with 'content'", field="items", index=index)
-    unknown = set(item) - ITEM_KEYS
-    if unknown:
-        raise ValidationError(f"unknown keys {sorted(unknown)}", field="items", index=index)
-    client_id = item.get("id")
-    if client_id is not None and not isinstance(client_id, UUID):
-        try:
-            client_id = UUID(v.check_text(client_id, "id", index=index))
-        except ValueError:
-            raise ValidationError(f"id must be a UUID, got {client_id!r}", field="id", index=index) from None
-    return {
-        "content": v.check_content(item.get("content"), index=index),
-        "metadata": v.check_metadata(item.get("metadata"), index=index) or {},
-        "agent_id": v.check_id(item.get("agent_id"), "agent_id", index=index),
-        "session_id": v.check_id(item.get("session_id"), "session_id", index=index),
-        "expires_at": v.check_datetime(item.get("expires_at"), "expires_at", index=index),
-        "created_at": v.check_datetime(item.get("created_at"), "created_at", index=index),
-        "embedding": item.get("embedding"),
-        "id": client_id,
-        "user_id": v.check_id(item.get("user_id"), "user_id", index=index),
-    }
 
 
 def _params(name: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -428,14 +272,14 @@ def _params(name: str, params: dict[str, Any]) -> dict[str, Any]:
 
 class MemoryBase:
     """What :class:`Memory` and :class:`pgmem.aio.AsyncMemory` share: identity, the embedder, and the checks
-    and query parameters of every method. Nothing here touches the database, so both clients validate and
-    build their statements with the very same code and differ only in how they run them."""
+    and query parameters of every method. Nothing here touches the database but :meth:`_rows`, which hands
+    a named statement to the client's transport (:mod:`pgmem.transport`), so both clients validate and
+    build their statements with the very same code and differ only in awaiting them."""
 
     user_id: str | None
     agent_id: str | None
     space_name: str
     contextual: bool
-    dsn: str | None
     _spaces: dict[str, Space]
 
     @property
@@ -460,10 +304,36 @@ class MemoryBase:
         self.contextual = contextual
         self._embedder = embedder
         self._spaces = {}
-        self.cluster: bool | None = None  # cluster mode (Citus): read from the database on connecting
 
-    def _safe_dsn(self) -> str:
-        return (self.dsn or "").split("@")[-1]
+    # --- the transport (pgmem.transport): shared with every client made by with_identity ------------------
+    _transport: Any
+
+    @property
+    def pool(self) -> Any:
+        """The psycopg connection pool (for an AsyncMemory, None until it is opened)."""
+        return self._transport.pool
+
+    @property
+    def role(self) -> str | None:
+        """The role every pooled connection switches to (None: the login role)."""
+        return self._transport.role
+
+    @property
+    def cluster(self) -> bool | None:
+        """Whether the database is a Citus cluster in cluster mode (``pgmem.cluster = 'citus'``, recorded by
+        ``pgmem distribute``): every call acting for a user then runs in a transaction block
+        (docs/scaling.md). None until the client has connected."""
+        return self._transport.cluster
+
+    @property
+    def dsn(self) -> str | None:
+        """The DSN connected to (None for a pool the caller made, and for an AsyncMemory not yet opened)."""
+        return self._transport.dsn
+
+    def _rows(self, name: str, params: dict[str, Any], conn: Any = None, row_factory: Any = dict_row) -> Any:
+        """The rows of the named statement ``name`` acting for this client's user (the transport's ``rows``:
+        a list, or for an AsyncMemory an awaitable of one)."""
+        return self._transport.rows(name, params, self.user_id, conn, row_factory)
 
     def with_identity(self, *, user_id: str | None = ..., agent_id: str | None = ...):
         """A client sharing this one's pool and embedder, acting for another user and/or agent."""
@@ -935,58 +805,9 @@ class Memory(MemoryBase):
         self._space_lock = threading.Lock()
         self._owns_pool = pool is None
         if pool is None:
-            from psycopg_pool import ConnectionPool
-
-            conninfo, embedded = resolve_dsn(dsn)
-            self.role = (GATEWAY_ROLE if embedded else None) if role is ... else role
-            self.dsn = conninfo
-            # One direct attempt first, so that a wrong DSN, a missing extension or a role the login may not
-            # assume fails at once with the server's own message (the pool would retry for 30 s and log it).
-            try:
-                with psycopg.connect(conninfo, connect_timeout=10) as probe:
-                    _register_vector(probe)  # SchemaError at once when the vector extension is missing
-                    self.cluster = bool(probe.execute(CLUSTER_QUERY).fetchone()[0])
-                    if self.role:
-                        probe.execute("SELECT set_config('role', %s, false)", (self.role,))
-            except psycopg.Error as exc:
-                if getattr(exc, "sqlstate", None) is None:
-                    raise DatabaseUnavailable(f"could not connect to {self._safe_dsn()}: {exc}") from exc
-                raise _role_error(from_psycopg(exc), self.role) from exc
-            pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, configure=self._configure,
-                                  check=self._check, open=False, name="pgmem")
-            try:
-                pool.open(wait=True, timeout=30)
-            except Exception as exc:
-                pool.close()
-                raise from_psycopg(exc) if isinstance(exc, psycopg.Error) else \
-                    PgmemError(f"could not connect to {self._safe_dsn()}: {exc}") from exc
+            self._transport = SyncTransport.connect(dsn, role, min_size, max_size)
         else:
-            self.role = None if role is ... else role
-            self.dsn = None
-        self.pool = pool
-
-    def _check(self, conn: psycopg.Connection) -> None:
-        """The pool's check before handing out a connection. On a broken one (server restarted, backend
-        terminated) every idle connection is checked at once: psycopg_pool otherwise sleeps 1, 2, 4, ... s
-        per further dead connection and, with 8 of them, gives up after 30 s instead of reconnecting.
-        An idle connection is probed with a query only when its socket has something to read (see
-        :func:`pgmem.client.idle_socket_quiet`)."""
-        from psycopg_pool import ConnectionPool
-
-        if idle_socket_quiet(conn):
-            return
-        try:
-            ConnectionPool.check_connection(conn)
-        except Exception:
-            self.pool.check()
-            raise
-
-    def _configure(self, conn: psycopg.Connection) -> None:
-        _register_vector(conn)
-        set_json_loads(json_loads, conn)
-        if self.role:
-            conn.execute("SELECT set_config('role', %s, false)", (self.role,))
-        conn.commit()
+            self._transport = SyncTransport(pool=pool, role=None if role is ... else role)
 
     # --- identity and lifecycle ---------------------------------------------------------------------------
     def with_identity(self, *, user_id: str | None = ..., agent_id: str | None = ...) -> Memory:
@@ -1006,75 +827,13 @@ class Memory(MemoryBase):
             from .writer import close_writers
 
             close_writers(self.pool)
-            self.pool.close()
+            self._transport.close()
 
     def __enter__(self) -> Memory:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    # --- plumbing -------------------------------------------------------------------------------------------
-    @contextmanager
-    def _connection(self, conn: psycopg.Connection | None) -> Iterator[psycopg.Connection]:
-        if conn is not None:
-            if conn not in _registered:
-                _register_vector(conn)
-            yield conn
-        else:
-            with self.pool.connection() as c:
-                yield c
-
-    def _rows(self, name: str, params: dict[str, Any], conn: psycopg.Connection | None = None,
-              row_factory: Any = dict_row, as_login: bool = False) -> list[Any]:
-        # as_login: the schema owner's calls (set_retention) run as the login itself on a pooled connection,
-        # not as the role this client switched to: one transaction beginning with SET LOCAL ROLE NONE.
-        if as_login and conn is None:
-            try:
-                with self.pool.connection() as c, c.transaction():
-                    c.execute(AS_LOGIN)
-                    return c.cursor(row_factory=row_factory).execute(query(name), params).fetchall()
-            except psycopg.Error as exc:
-                raise from_psycopg(exc) from exc
-        # A pooled connection runs the call as one statement in autocommit mode, the identity set by
-        # pgmem.as_user around its first argument (migration 0004): a statement is its own transaction, as
-        # every pgmem function is. BEGIN, act_as, the call and COMMIT cost 0.7-1.2 ms more (FINDINGS.md S8).
-        # Cluster mode (Citus): never, since a SET LOCAL reaches the workers only inside a transaction block.
-        if conn is None and self.cluster is None:
-            try:
-                with self.pool.connection() as c:
-                    self.cluster = bool(c.execute(CLUSTER_QUERY).fetchone()[0])
-            except psycopg.Error as exc:
-                raise from_psycopg(exc) from exc
-        if conn is None and not self.cluster:
-            sql = query(name) if self.user_id is None else query_as_user(name)
-            if sql is not None:
-                if self.user_id is not None:
-                    params = {**params, "pgmem_user_id": self.user_id}
-                try:
-                    with self.pool.connection() as c:
-                        c.autocommit = True
-                        try:
-                            with c.cursor(row_factory=row_factory) as cur:
-                                return cur.execute(sql, params).fetchall()
-                        finally:
-                            if not c.closed:
-                                c.autocommit = False
-                except psycopg.Error as exc:
-                    raise from_psycopg(exc) from exc
-        # A caller's connection (conn=): inside the caller's transaction, if any (a savepoint then).
-        # Pipeline mode: BEGIN, act_as, the statement and COMMIT go to the server together, and the rows are
-        # read after the COMMIT's sync: one round trip in all.
-        try:
-            with self._connection(conn) as c, c.pipeline():
-                with c.transaction():
-                    if self.user_id is not None:
-                        c.execute(query("act_as"), {"user_id": self.user_id})
-                    cur = c.cursor(row_factory=row_factory)
-                    cur.execute(query(name), params)
-                return cur.fetchall()
-        except psycopg.Error as exc:
-            raise from_psycopg(exc) from exc
 
     # --- spaces ---------------------------------------------------------------------------------------------
     def create_space(self, name: str, model: str, dims: int, *, hnsw_m: int = 16, hnsw_ef_construction: int = 64,
@@ -1296,7 +1055,7 @@ class Memory(MemoryBase):
         the login itself, not as the role the client switched to (the embedded server's superuser acts as
         pgmem_gateway). Raises PermissionDenied for other logins."""
         self.space(conn=conn)
-        row = self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn, as_login=True)[0]
+        row = self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn)[0]
         self._space = None
         return _row(Space, row)
 

@@ -20,6 +20,7 @@ import re
 from datetime import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
+from uuid import UUID
 
 import numpy as np
 
@@ -209,3 +210,74 @@ def check_k(k: Any) -> int:
 def check_batch_size(items: Sequence) -> None:
     if len(items) > MAX_BATCH:
         raise ValidationError(f"a batch holds at most {MAX_BATCH} memories, got {len(items)}", field="items")
+
+
+# --- items of a batch, and the texts embedded with a memory (shared by the clients and the writer) ------
+SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+MAX_SENTENCE_VECTORS = 32
+
+
+def extra_texts(content: str, metadata: Mapping[str, Any] | None, previous: str | None) -> list[tuple[str, str]]:
+    """The extra texts embedded with a memory for hybrid recall (docs/recall.md), as ``(kind, text)``:
+
+    - ``sentence``: each sentence (split after ``.``, ``!`` or ``?``) of a memory of two or more sentences,
+      at most 32, prefixed with ``metadata["speaker"] + ": "`` when the memory names a speaker;
+    - ``context``: the previous memory of the same session, a newline, then this memory.
+    """
+    out: list[tuple[str, str]] = []
+    sentences = [part.strip() for part in SENTENCE_SPLIT.split(content) if part.strip()]
+    if len(sentences) > 1:
+        speaker = metadata.get("speaker") if metadata else None
+        for sentence in sentences[:MAX_SENTENCE_VECTORS]:
+            if isinstance(speaker, str) and speaker and not sentence.startswith(speaker):
+                sentence = f"{speaker}: {sentence}"
+            out.append(("sentence", sentence))
+    if previous is not None:
+        out.append(("context", f"{previous}\n{content}"))
+    return out
+
+
+def count_occurrences(haystack: str, needle: str) -> int:
+    """Occurrences of ``needle`` in ``haystack`` as literal, case-sensitive text, overlapping ones included
+    (``"aa"`` in ``"aaa"`` is 2). Same rule as ``pgmem.count_occurrences`` in SQL."""
+    if needle == "":
+        raise ValidationError("the text to replace must not be empty", field="old")
+    count, pos = 0, haystack.find(needle)
+    while pos != -1:
+        count += 1
+        pos = haystack.find(needle, pos + 1)
+    return count
+
+
+ITEM_KEYS = frozenset({"content", "metadata", "agent_id", "session_id", "expires_at", "created_at", "embedding", "id",
+                       "user_id"})
+
+
+def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
+    """One item of :meth:`Memory.add_many`, validated: a dict with every key of ``ITEM_KEYS`` (None when not
+    given; ``metadata`` ``{}``; ``id`` a UUID). The embedding is checked later, against the space's dims.
+    Raises ValidationError naming ``index``."""
+    if isinstance(item, str):
+        item = {"content": item}
+    elif not isinstance(item, Mapping):
+        raise ValidationError("must be a string or a mapping with 'content'", field="items", index=index)
+    unknown = set(item) - ITEM_KEYS
+    if unknown:
+        raise ValidationError(f"unknown keys {sorted(unknown)}", field="items", index=index)
+    client_id = item.get("id")
+    if client_id is not None and not isinstance(client_id, UUID):
+        try:
+            client_id = UUID(check_text(client_id, "id", index=index))
+        except ValueError:
+            raise ValidationError(f"id must be a UUID, got {client_id!r}", field="id", index=index) from None
+    return {
+        "content": check_content(item.get("content"), index=index),
+        "metadata": check_metadata(item.get("metadata"), index=index) or {},
+        "agent_id": check_id(item.get("agent_id"), "agent_id", index=index),
+        "session_id": check_id(item.get("session_id"), "session_id", index=index),
+        "expires_at": check_datetime(item.get("expires_at"), "expires_at", index=index),
+        "created_at": check_datetime(item.get("created_at"), "created_at", index=index),
+        "embedding": item.get("embedding"),
+        "id": client_id,
+        "user_id": check_id(item.get("user_id"), "user_id", index=index),
+    }

@@ -215,9 +215,7 @@ class BackgroundWriter:
         WriterClosed after close(), ValidationError for another user on a writer of one user."""
         item = {"content": content, "metadata": metadata, "agent_id": agent_id, "session_id": session_id,
                 "expires_at": expires_at, "created_at": created_at, "embedding": embedding, "id": id}
-        from .client import check_item
-
-        it = check_item(item)
+        it = v.check_item(item)
         user = self.memory.user_id if user_id is ... else v.check_id(user_id, "user_id")
         if not self.many_users and user != self.memory.user_id:
             raise ValidationError(f"this writer writes for user {self.memory.user_id!r} only, not {user!r}",

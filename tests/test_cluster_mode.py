@@ -59,7 +59,7 @@ def test_async_client_reads_the_recorded_mode(admin, dsn, embedder):
         async with AsyncMemory(dsn, user_id="alice", space="t64", embedder=embedder,
                                role="pgmem_gateway") as m:
             mid = (await m.add("async in a transaction block")).id
-            assert m._shared["cluster"] is True
+            assert m.cluster is True
             assert (await m.get(mid)).content == "async in a transaction block"
             assert await m.with_identity(user_id="bob").get(mid) is None
 

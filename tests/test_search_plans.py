@@ -101,24 +101,28 @@ def test_idle_socket_quiet_tells_a_terminated_backend_from_a_live_one(dsn, admin
 
 def test_one_statement_calls_wrap_only_plpgsql_functions(admin):
     """pgmem.as_user sets the identity while the call's arguments are evaluated; a scalar SQL function could be
-    inlined and read the identity earlier, so the wrapper uses as_user only on PL/pgSQL functions."""
+    inlined and read the identity earlier, so only statements of PL/pgSQL functions declare the as_user route
+    in queries.sql. The other way round, a PL/pgSQL call with arguments declared act_as pays a transaction
+    it does not need, unless it is the HTTP service's own state or an identity statement itself."""
     import re
 
-    from pgmem.queries import NOT_AS_USER, all_queries, query_as_user
+    from pgmem.queries import AS_USER, statements
 
     wrapped = 0
-    for name, sql in all_queries().items():
-        fn = re.search(r"pgmem\.(\w+)\(", sql).group(1)
-        langs = {r[0] for r in admin.execute(
-            "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang JOIN pg_namespace n"
-            " ON n.oid = p.pronamespace WHERE n.nspname = 'pgmem' AND p.proname = %s", [fn])}
-        assert langs, f"{name}: pgmem.{fn} does not exist"
-        one = query_as_user(name)
-        if one is None:
-            continue
-        wrapped += 1
-        assert langs == {"plpgsql"}, f"{name}: pgmem.{fn} is {langs}; add it to NOT_AS_USER"
-        assert one.count("pgmem.as_user(") == 1 and name not in NOT_AS_USER
+    for name, stmt in statements().items():
+        fn = re.search(r"pgmem\.(\w+)\(", stmt.plain).group(1)
+        rows = admin.execute(
+            "SELECT l.lanname, p.pronargs FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang JOIN pg_namespace n"
+            " ON n.oid = p.pronamespace WHERE n.nspname = 'pgmem' AND p.proname = %s", [fn]).fetchall()
+        assert rows, f"{name}: pgmem.{fn} does not exist"
+        langs = {r[0] for r in rows}
+        if stmt.route == "as_user":
+            wrapped += 1
+            assert langs == {"plpgsql"}, f"{name}: pgmem.{fn} is {langs}; declare the act_as route"
+            assert stmt.text.count(AS_USER) == 1 and "pgmem.as_user(" not in stmt.plain
+        elif stmt.route == "act_as" and langs == {"plpgsql"} and min(r[1] for r in rows) > 0:
+            assert name.startswith("service_") or name in ("act_as", "bind_role"), \
+                f"{name}: pgmem.{fn} is PL/pgSQL; declare the as_user route (one statement)"
     assert wrapped >= 20  # search, get, list, add, add_batch, ... (26 when written)
 
 
