@@ -16,8 +16,8 @@ Every user's rows live in one shard group: the six tables holding user data are 
    generic ones, and the generated statements regenerated): Citus cannot route their generic plans;
 5. lets the workers act for the user the coordinator resolved: Citus connects to a worker as the current
    role, which inside pgmem's functions is their owner ``pgmem_api``; so ``pgmem_api`` may log in on the
-   workers (``LOGIN`` there only) and is a member of ``pgmem_gateway`` (it then reads ``pgmem.user_id``,
-   which the coordinator sets with ``SET LOCAL``);
+   workers (``LOGIN`` there only); a pgmem_api session acts for the ``pgmem.user_id`` the coordinator
+   sets with ``SET LOCAL`` (``pgmem.current_user_id``);
 6. records the cluster mode: ``ALTER DATABASE ... SET pgmem.cluster = 'citus'``, which clients read when they
    connect (:data:`pgmem.client.CLUSTER_SETTING`) to carry the identity in a transaction block, and which
    ``pgmem._build_knn`` reads to generate the search statements with custom plans (Citus cannot route a
@@ -165,13 +165,11 @@ def setting_problems(conn) -> list[str]:
 
 
 def api_role_problems(conn) -> list[str]:
-    """What keeps the workers from acting for the coordinator's user: pgmem_api must be a member of
-    pgmem_gateway, and able to log in on every worker."""
+    """What keeps the workers from acting for the coordinator's user: pgmem_api must be able to log in on
+    every worker (there pgmem.current_user_id() reads the pgmem.user_id the coordinator set)."""
     import psycopg
 
     problems = []
-    if not _rows(conn, "SELECT pg_catalog.pg_has_role('pgmem_api', 'pgmem_gateway', 'MEMBER') AS m")[0]["m"]:
-        problems.append("pgmem_api is not a member of pgmem_gateway (pgmem distribute grants it)")
     try:
         with conn.transaction():
             rows = _rows(conn, SQL_WORKER_SETTING,
@@ -243,9 +241,6 @@ def _distribute(conn) -> list[str]:
         if keys:
             done.append("foreign keys " + ", ".join(sorted(keys)) + " dropped and added again")
     # 3. The workers act for the coordinator's user.
-    if not conn.execute("SELECT pg_catalog.pg_has_role('pgmem_api', 'pgmem_gateway', 'MEMBER') AS m").fetchone()["m"]:
-        conn.execute("GRANT pgmem_gateway TO pgmem_api")
-        done.append("pgmem_gateway granted to pgmem_api")
     if any("log in" in p for p in api_role_problems(conn)):
         # LOGIN on the workers only; the coordinator's pgmem_api stays NOLOGIN.
         conn.execute("SELECT * FROM run_command_on_workers("
@@ -303,7 +298,7 @@ def checks(conn) -> list:
                      else "no pgmem function forces generic plans"))
     roles = api_role_problems(conn)
     out.append(Check("citus roles", not roles, "; ".join(roles) + " (run pgmem distribute)" if roles
-                     else "pgmem_api may log in on every worker and acts as a gateway there"))
+                     else "pgmem_api may log in on every worker"))
     flag_ok = st.flag == CLUSTER_VALUE
     out.append(Check("cluster mode", flag_ok or not st.tables,
                      "on: clients carry the identity in a transaction block (pgmem.cluster = 'citus')" if flag_ok

@@ -20,16 +20,22 @@ COMMENT ON COLUMN pgmem.role_bindings.role_name IS 'The role''s name when it was
 -- The identity of this statement: the user a bound login is bound to; otherwise, for members of
 -- pgmem_gateway (superusers included), the transaction's pgmem.user_id setting; otherwise NULL (no rows).
 -- session_user, not current_user: SET ROLE cannot change it, so a bound agent cannot shed its binding.
+-- A session of pgmem_api itself (never a login on a single server; on a Citus cluster the coordinator's
+-- connection to a worker, made as the functions' owner) acts for the pgmem.user_id the coordinator set
+-- (pgmem._require_user sets it to the user it resolved), without reading role_bindings: a policy checked row
+-- by row on a shard would otherwise run that read as a nested distributed query per row.
 CREATE FUNCTION pgmem.current_user_id() RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
-    SELECT CASE WHEN b.found THEN b.user_id
-                WHEN pg_catalog.pg_has_role(session_user, 'pgmem_gateway', 'MEMBER')
-                THEN nullif(pg_catalog.current_setting('pgmem.user_id', true), '')
+    SELECT CASE WHEN session_user = 'pgmem_api' THEN nullif(pg_catalog.current_setting('pgmem.user_id', true), '')
+                ELSE (SELECT CASE WHEN b.found THEN b.user_id
+                                  WHEN pg_catalog.pg_has_role(session_user, 'pgmem_gateway', 'MEMBER')
+                                  THEN nullif(pg_catalog.current_setting('pgmem.user_id', true), '')
+                             END
+                      FROM (SELECT count(*) > 0 AS found, max(rb.user_id) AS user_id FROM pgmem.role_bindings rb
+                            WHERE rb.role_oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)) b)
            END
-    FROM (SELECT count(*) > 0 AS found, max(rb.user_id) AS user_id FROM pgmem.role_bindings rb
-          WHERE rb.role_oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)) b
 $$;
 COMMENT ON FUNCTION pgmem.current_user_id() IS
     'The pgmem user (tenant) this statement acts for: the binding of a bound login role, else pgmem.user_id for gateway members, else NULL (sees no rows).';
