@@ -247,11 +247,12 @@ class AsyncMemory(MemoryBase):
                      filter: Mapping[str, Any] | None = None, agent_id: str | None = None,
                      session_id: str | None = None, min_similarity: float | None = None,
                      created_after: datetime | None = None, created_before: datetime | None = None,
-                     mode: str | None = None, as_of: datetime | None = None,
+                     mode: str | None = None, as_of: datetime | None = None, min_score: float | None = None,
                      conn: psycopg.AsyncConnection | None = None) -> list[MemoryRecord]:
-        """As :meth:`pgmem.Memory.search` (hybrid, vector or text; ``as_of``: what held at that time)."""
+        """As :meth:`pgmem.Memory.search` (hybrid, vector or text; ``as_of``: what held at that time;
+        ``min_score``: no result scoring below it)."""
         s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
-                              created_before, mode, as_of)
+                              created_before, mode, as_of, min_score)
         params = await self._off_loop(self._search_params, await self.space(conn=conn), s)
         if s["mode"] == "vector":
             return await self._rows("search", params, conn, _VECTOR_ROWS)

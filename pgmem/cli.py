@@ -132,7 +132,7 @@ _METAVARS = {"dsn": "URL", "user": "NAME", "agent": "NAME", "space": "NAME", "ro
              "metadata": "JSON", "session": "ID", "k": "N", "n": "N", "limit": "N", "count": "N", "port": "PORT",
              "batch_size": "N", "budget": "TOKENS", "max_turns": "N", "fmt": "FORMAT", "cursor": "CURSOR",
              "data_dir": "DIR", "bin_dir": "DIR", "journal_dir": "DIR", "home": "DIR", "export_file": "FILE",
-             "out": "FILE", "memory_ttl": "DURATION", "turn_ttl": "DURATION", "min_similarity": "X",
+             "out": "FILE", "memory_ttl": "DURATION", "turn_ttl": "DURATION", "min_similarity": "X", "min_score": "X",
              "mode": "MODE", "transport": "TRANSPORT", "contains": "TEXT", "content": "TEXT", "model": "MODEL",
              "dims": "N", "user_id": "USER"}
 
@@ -767,6 +767,9 @@ def search(ctx: typer.Context,
            min_similarity: Annotated[Optional[float], typer.Option(
                "--min-similarity", help="Drop results below this cosine similarity (-1..1).",
                show_default=False)] = None,
+           min_score: Annotated[Optional[float], typer.Option(
+               "--min-score", help="Drop results whose score is below this, in any mode (hybrid scale: docs/recall.md).",
+               show_default=False)] = None,
            mode: Annotated[Optional[str], typer.Option(
                "--mode", help="hybrid (default: full-text + vectors), vector (cosine only) or text (full-text only).",
                show_default=False)] = None,
@@ -779,7 +782,7 @@ def search(ctx: typer.Context,
     flt = parse_json_object(filter, "--filter")
     with memory(o) as m:
         hits = m.search(query, k=k, filter=flt, agent_id=agent, session_id=session, min_similarity=min_similarity,
-                        mode=mode)
+                        mode=mode, min_score=min_score)
     emit(o, hits, lambda: console().print(records_table(hits, scores=True)) if hits else typer.echo("no matches"))
 
 

@@ -591,12 +591,21 @@ class MemoryBase:
 
     def _search_args(self, query: Any, embedding: Any, k: Any, filter: Any, agent_id: Any, session_id: Any,
                      min_similarity: Any, created_after: Any, created_before: Any, mode: Any,
-                     as_of: Any = None) -> dict[str, Any]:
+                     as_of: Any = None, min_score: Any = None) -> dict[str, Any]:
         if mode is None:  # min_similarity is a cosine threshold, so it selects vector mode
             mode = "hybrid" if query is not None and min_similarity is None else "vector"
         if mode not in ("hybrid", "vector", "text"):
             raise ValidationError(f"mode must be 'hybrid', 'vector' or 'text', got {mode!r}", field="mode")
         v.check_k(k)
+        min_score = v.check_min_score(min_score)
+        if min_score is not None and mode == "vector":
+            # In vector mode the score is the cosine similarity: the same threshold as min_similarity.
+            if min_similarity is not None:
+                raise ValidationError("give min_score or min_similarity, not both", field="min_score")
+            if not -1.0 <= min_score <= 1.0:
+                raise ValidationError(f"min_score in vector mode is a cosine similarity in [-1, 1], got {min_score}",
+                                      field="min_score")
+            min_similarity, min_score = min_score, None
         if mode == "vector":
             if min_similarity is not None and not -1.0 <= float(min_similarity) <= 1.0:
                 raise ValidationError(f"min_similarity must be in [-1, 1], got {min_similarity}",
@@ -618,7 +627,7 @@ class MemoryBase:
         return {"mode": mode, "query": query, "embedding": embedding, "k": k, "agent_id": agent_id,
                 "session_id": session_id, "filter": Jsonb(flt) if flt is not None else None,
                 "min_similarity": min_similarity, "created_after": created_after, "created_before": created_before,
-                "as_of": as_of}
+                "as_of": as_of, "min_score": min_score}
 
     def _search_params(self, space: Space, s: dict[str, Any]) -> dict[str, Any]:
         """Parameters of ``search`` (mode vector) or ``search_hybrid`` (hybrid, text); embeds the query text."""
@@ -637,7 +646,8 @@ class MemoryBase:
         return _params("search_hybrid", {"space": space.name, "query": s["query"], "embedding": vec, "k": s["k"],
                                          "agent_id": s["agent_id"], "session_id": s["session_id"],
                                          "filter": s["filter"], "created_after": s["created_after"],
-                                         "created_before": s["created_before"], "model": model, "as_of": s["as_of"]})
+                                         "created_before": s["created_before"], "model": model, "as_of": s["as_of"],
+                                         "min_score": s["min_score"]})
 
     def _stats_params(self, all_spaces: bool) -> dict[str, Any]:
         return _params("stats", {"space": None if all_spaces else self.space_name})
@@ -992,7 +1002,7 @@ class Memory(MemoryBase):
                filter: Mapping[str, Any] | None = None, agent_id: str | None = None, session_id: str | None = None,
                min_similarity: float | None = None, created_after: datetime | None = None,
                created_before: datetime | None = None, mode: str | None = None, as_of: datetime | None = None,
-               conn: psycopg.Connection | None = None) -> list[MemoryRecord]:
+               min_score: float | None = None, conn: psycopg.Connection | None = None) -> list[MemoryRecord]:
         """The ``k`` memories that best answer ``query``, highest first; min(k, matching rows) of them for
         any tenant size. All agents of the user are searched unless ``agent_id`` is given.
 
@@ -1002,10 +1012,13 @@ class Memory(MemoryBase):
         embedded). ``filter`` operators: docs/filters.md. ``min_similarity`` (a cosine threshold) applies to
         vector mode, which it selects when ``mode`` is not given. Only memories that hold now are searched;
         ``as_of`` (a past time) searches what held then instead (superseded facts included, deleted and
-        expired ones not).
-        Raises ValidationError (empty query, k outside 1..1000, unknown mode), InvalidFilter, DimensionMismatch."""
+        expired ones not). ``min_score`` drops results whose ``score`` is below it, in any mode: in hybrid and
+        text mode the fused score (its scale: docs/recall.md, "hit.score in each mode"), in vector mode the
+        cosine similarity (then the same as ``min_similarity``, in [-1, 1]); fewer than k results may come back.
+        Raises ValidationError (empty query, k outside 1..1000, unknown mode, min_score not a finite number),
+        InvalidFilter, DimensionMismatch."""
         s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
-                              created_before, mode, as_of)
+                              created_before, mode, as_of, min_score)
         params = self._search_params(self.space(conn=conn), s)
         if s["mode"] == "vector":
             return self._rows("search", params, conn, _VECTOR_ROWS)

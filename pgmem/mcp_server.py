@@ -133,10 +133,12 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
         k: Annotated[int, Field(description="How many memories to return (1..1000).", ge=1, le=1000)] = 10,
         filter: Annotated[Optional[dict[str, Any]], Field(
             description='Optional metadata filter, e.g. {"topic": "food"} or {"priority": {"gte": 3}}.')] = None,
+        min_score: Annotated[Optional[float], Field(
+            description="Optional: leave out memories whose score is below this (hybrid score, about 0 to 1.7).")] = None,
     ) -> dict[str, Any]:
         """The user's memories that best answer `query`, best first (hybrid full-text + vector recall; `score`:
         higher is better)."""
-        hits = await call(lambda: memory.search(query, k=k, filter=filter))
+        hits = await call(lambda: memory.search(query, k=k, filter=filter, min_score=min_score))
         return {"memories": [_record(h, score=True) for h in hits]}
 
     async def edit(

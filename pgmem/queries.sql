@@ -115,7 +115,7 @@ SELECT * FROM pgmem.search_hybrid(p_space => pgmem.as_user(%(pgmem_user_id)s::te
     p_query => %(query)s::text, p_embedding => %(embedding)b::vector, p_k => %(k)s::integer,
     p_agent_id => %(agent_id)s::text, p_session_id => %(session_id)s::text, p_filter => %(filter)s::jsonb,
     p_created_after => %(created_after)s::timestamptz, p_created_before => %(created_before)s::timestamptz,
-    p_model => %(model)s::text, p_as_of => %(as_of)s::timestamptz)
+    p_model => %(model)s::text, p_as_of => %(as_of)s::timestamptz, p_min_score => %(min_score)s::float8)
 
 -- supersede -- as_user
 SELECT * FROM pgmem.supersede(p_id => pgmem.as_user(%(pgmem_user_id)s::text, %(id)s::uuid),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 from datetime import datetime
 from collections.abc import Mapping, Sequence
@@ -199,6 +200,15 @@ def check_datetime(value: Any, field: str, *, index: int | None = None) -> Any:
         raise ValidationError(f"{field} has no time zone; pass an aware datetime such as "
                               "datetime(2025, 7, 25, tzinfo=timezone.utc)", field=field, index=index)
     return value
+
+
+def check_min_score(value: Any) -> float | None:
+    """``min_score`` of a search: None, or a finite number (a bool is not one); returned as a float."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValidationError(f"min_score must be a finite number, got {value!r}", field="min_score")
+    return float(value)
 
 
 def check_k(k: Any) -> int:

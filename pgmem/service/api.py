@@ -181,6 +181,7 @@ class SearchBody(Strict):
     agent_id: Optional[str] = None
     session_id: Optional[str] = None
     min_similarity: Optional[float] = None
+    min_score: Optional[float] = None
     created_after: Optional[datetime] = None
     created_before: Optional[datetime] = None
     mode: Optional[Literal["hybrid", "vector", "text"]] = None
@@ -317,7 +318,7 @@ async def search(request: Request, body: SearchBody, p: Principal = Depends(prin
     hits = await m.search(body.query, embedding=body.embedding, k=body.k, filter=body.filter, agent_id=body.agent_id,
                           session_id=body.session_id, min_similarity=body.min_similarity,
                           created_after=body.created_after, created_before=body.created_before, mode=body.mode,
-                          as_of=body.as_of)
+                          as_of=body.as_of, min_score=body.min_score)
     return {"results": dump([record(h) for h in hits])}
 
 

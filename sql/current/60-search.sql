@@ -386,29 +386,101 @@ $def$); END $pgmem$;
 COMMENT ON FUNCTION pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) IS
     'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match (for searches without a metadata filter or as-of: one generated statement, planned once per connection, that counts and finds the k nearest), else HNSW with iterative scan (ef_search max(pgmem.hnsw_ef_search, default 100, 2k); the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
 
-CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT 0.4, p_vector_weight double precision DEFAULT 0.6, p_speaker_weight double precision DEFAULT 0.2, p_session_weight double precision DEFAULT 0.4, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone)
+-- The ids of the memories a search's scope selects, at most p_cap of them (NULL: all), in no particular order:
+-- search_hybrid's candidates on the exact route, and its routing count. Without a metadata filter or as-of the
+-- statement is static (pgmem._scope_sql's plain scope with the space and its TTL as parameters), so PL/pgSQL
+-- plans it once per connection; otherwise it is pgmem._scope_sql's text, run as dynamic SQL (slots $1..$8,
+-- 40-filters-scope.sql; $11 the cap).
+CREATE FUNCTION pgmem._scope_ids(
+    p_user text, p_space pgmem.spaces, p_agent_id text, p_session_id text, p_created_after timestamptz,
+    p_created_before timestamptz, p_filter jsonb, p_as_of timestamptz, p_cap integer
+) RETURNS uuid[]
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_generic_plan
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_scope record;
+    v_ids uuid[];
+BEGIN
+    IF p_as_of IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb) THEN
+        RETURN ARRAY(
+            SELECT m.id FROM pgmem.memories m
+            WHERE m.user_id = p_user AND m.space_id = p_space.space_id
+              AND pgmem._expiry(m.expires_at, m.created_at, p_space.memory_ttl) > now()
+              AND m.valid_to IS NULL AND m.valid_from <= now()
+              AND (p_agent_id IS NULL OR m.agent_id = p_agent_id) AND (p_session_id IS NULL OR m.session_id = p_session_id)
+              AND (p_created_after IS NULL OR m.created_at >= p_created_after)
+              AND (p_created_before IS NULL OR m.created_at < p_created_before)
+            LIMIT p_cap);
+    END IF;
+    v_scope := pgmem._scope_sql(p_space.space_id, p_filter, p_as_of);
+    EXECUTE format('SELECT ARRAY(SELECT m.id FROM pgmem.memories m WHERE %s LIMIT $11)', v_scope.o_sql) INTO v_ids
+    USING p_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+          (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, NULL::@vector@.vector, NULL::integer, p_cap;
+    RETURN v_ids;
+END
+$$;
+COMMENT ON FUNCTION pgmem._scope_ids(text, pgmem.spaces, text, text, timestamptz, timestamptz, jsonb, timestamptz, integer) IS
+    'Internal: the ids of the current user''s memories in a space that a search''s scope selects (agent, session, time range, metadata filter, now or as-of), at most p_cap (NULL: all), unordered.';
+
+-- The constants of the hybrid score, in one place (docs/recall.md, "step by step"): the session window's
+-- weights, Okapi BM25's k1 and b, and the default weights of the fusion (a NULL argument takes its default;
+-- search_hybrid passes a vector weight of 0 when there is no query embedding, text mode).
+CREATE FUNCTION pgmem._hybrid_formula(p_text_weight double precision, p_vector_weight double precision,
+                                      p_speaker_weight double precision, p_session_weight double precision,
+                                      OUT next_wt numeric, OUT prev_wt numeric, OUT far_wt numeric,
+                                      OUT k1 numeric, OUT b numeric,
+                                      OUT text_wt double precision, OUT vector_wt double precision,
+                                      OUT speaker_wt double precision, OUT session_wt double precision)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+    SELECT 0.6,   -- window: a term of a memory counts this much for the next memory of its session,
+           0.4,   -- this much for the previous one,
+           0.2,   -- and this much two memories away on either side (fully for its own memory)
+           1.2, 0.5,  -- Okapi BM25 k1 and b
+           coalesce(p_text_weight, 0.4), coalesce(p_vector_weight, 0.6),
+           coalesce(p_speaker_weight, 0.2), coalesce(p_session_weight, 0.4)
+$$;
+COMMENT ON FUNCTION pgmem._hybrid_formula(double precision, double precision, double precision, double precision) IS
+    'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5) and its fusion weights, each NULL argument replaced by its default (text 0.4, vector 0.6, speaker 0.2, session 0.4).';
+
+-- Hybrid recall. Candidates: every memory of the scope when at most pgmem.exact_search_max_rows match, else
+-- the best full-text matches (GIN) united with the nearest vectors (HNSW); then one static statement scores
+-- them in three static statements (planned once per connection, generic plans): (1) one pass over the candidates
+-- by primary key with their session window and vector score (best sentence, context vector); (2) BM25F, the
+-- speaker match (once per distinct speaker), the fusion and the session boost over those rows, with hash joins;
+-- (3) the k best read back. Every constant of the score is in pgmem._hybrid_formula (docs/recall.md).
+CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT NULL::double precision, p_vector_weight double precision DEFAULT NULL::double precision, p_speaker_weight double precision DEFAULT NULL::double precision, p_session_weight double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, p_min_score double precision DEFAULT NULL::double precision)
  RETURNS SETOF pgmem.hybrid_hit
  LANGUAGE plpgsql
  SET "hnsw.ef_search" TO '40'
  SET "hnsw.iterative_scan" TO 'relaxed_order'
  SET "hnsw.max_scan_tuples" TO '20000'
  SET enable_sort TO 'on'
+ SET enable_nestloop TO 'on'
+ SET plan_cache_mode TO 'force_generic_plan'
  SET search_path = pg_catalog, pgmem, pg_temp
 AS $function$
 DECLARE
     v_user text := pgmem._require_user();
     v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
-    v_scope record;
     v_threshold integer := coalesce(nullif(current_setting('pgmem.exact_search_max_rows', true), '')::integer, 5000);
+    v_plain boolean := p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
+                       AND p_created_before IS NULL AND p_as_of IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb);
+    v_scope record;
     v_lexemes text[];
     v_tsquery tsquery;
-    v_n bigint;
     v_pool integer := greatest(100, 4 * p_k);
+    v_large boolean := false;
     v_ids uuid[];
     v_cast text;
-    v_cand text;
-    v_rows pgmem.hybrid_hit[];
-    v_exact boolean;
+    v_f record;
+    v_c_pos bigint[]; v_c_id uuid[]; v_c_sess text[]; v_c_dl numeric[]; v_c_speaker text[]; v_c_sim float8[]; v_c_ds float8[];
+    v_c_created timestamptz[];
+    v_t_pos bigint[]; v_t_idx bigint[]; v_t_n bigint[]; v_t_lexeme text[]; v_t_tf float8[];
+    v_h_id uuid[]; v_h_score float8[]; v_h_bs float8[]; v_h_ds float8[]; v_h_sim float8[];
 BEGIN
     -- White space as Python's str.strip() sees it (pgmem.validation.check_query), not only ' '.
     IF p_query IS NULL OR p_query ~ '^[[:space:]\u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$' THEN
@@ -417,9 +489,15 @@ BEGIN
     IF p_k IS NULL OR p_k < 1 OR p_k > 1000 THEN
         RAISE EXCEPTION 'k must be between 1 and 1000, got %', p_k USING ERRCODE = 'PGM08';
     END IF;
-    IF NOT (p_text_weight >= 0 AND p_vector_weight >= 0 AND p_speaker_weight >= 0 AND p_session_weight >= 0
-            AND p_text_weight + p_vector_weight + p_speaker_weight + p_session_weight < 'Infinity') THEN
+    -- NULL: the weight of the formula (below).
+    IF NOT (coalesce(p_text_weight, 0) >= 0 AND coalesce(p_vector_weight, 0) >= 0 AND coalesce(p_speaker_weight, 0) >= 0
+            AND coalesce(p_session_weight, 0) >= 0
+            AND coalesce(p_text_weight, 0) + coalesce(p_vector_weight, 0) + coalesce(p_speaker_weight, 0)
+                + coalesce(p_session_weight, 0) < 'Infinity') THEN
         RAISE EXCEPTION 'weights must be finite and >= 0' USING ERRCODE = 'PGM08';
+    END IF;
+    IF p_min_score IS NOT NULL AND (p_min_score = 'NaN' OR p_min_score IN ('Infinity', '-Infinity')) THEN
+        RAISE EXCEPTION 'min_score must be a finite number, got %', p_min_score USING ERRCODE = 'PGM08';
     END IF;
     -- Query terms: the distinct lexemes of the query in the space's configuration (stop words and
     -- punctuation drop out; a query of only those has no text side). Matched as an OR of lexemes.
@@ -428,102 +506,159 @@ BEGIN
         v_tsquery := array_to_string(ARRAY(
             SELECT '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''' FROM unnest(v_lexemes) l), ' | ')::tsquery;
     END IF;
-    v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
-    v_n := pgmem._matching_rows(v_user, v_space, v_scope.o_sql, v_scope.o_filter, v_threshold,
-                                p_agent_id, p_session_id, p_created_after, p_created_before, p_filter, p_as_of);
-    v_exact := v_n <= v_threshold OR v_space.index_kind = 'exact';
 
-    FOR pass IN 1..2 LOOP
-        IF v_exact THEN
-            -- Few rows: score every matching row (BM25 statistics over all of them).
-            v_cand := 'SELECT m.* FROM pgmem.memories m WHERE ' || v_scope.o_sql;
-        ELSE
-            -- Many rows: candidate pools, the best full-text matches (GIN) and the nearest vectors (HNSW).
-            v_cast := CASE v_space.index_kind WHEN 'hnsw_halfvec' THEN '@vector@.halfvec' ELSE '@vector@.vector' END || '(' || v_space.dims || ')';
-            PERFORM set_config('hnsw.ef_search', least(1000, v_pool)::text, true);
-            PERFORM set_config('hnsw.max_scan_tuples', greatest(20000, 200 * p_k)::text, true);
-            PERFORM set_config('enable_sort', 'off', true);
-            EXECUTE format(
-                'SELECT array(SELECT c.id FROM (SELECT m.id FROM pgmem.memories m WHERE %1$s AND m.fts @@ $14'
-                || ' ORDER BY ts_rank(m.fts, $14) DESC LIMIT %2$s) c'
-                || CASE WHEN p_embedding IS NULL THEN '' ELSE
-                   ' UNION SELECT d.id FROM (SELECT m.id FROM pgmem.memories m WHERE %1$s'
-                   || ' ORDER BY (m.embedding::%3$s) OPERATOR(@vector@.<=>) (@vector@.l2_normalize($9)::%3$s) LIMIT %2$s) d' END || ')',
-                v_scope.o_sql, v_pool, v_cast)
-            INTO v_ids
-            USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
-                  (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
-                  NULL::integer, NULL::text, NULL::float8, v_lexemes, v_tsquery;
-            PERFORM set_config('enable_sort', 'on', true);
-            v_cand := 'SELECT m.* FROM pgmem.memories m WHERE m.user_id = $1 AND m.id = ANY($12::uuid[])';
+    -- Routing, as pgmem.search: a large tenant whose size is cached (plain scope) goes to the pools at once;
+    -- otherwise the scope's ids, capped at the threshold + 1, are both the count and the exact route's candidates.
+    IF v_space.index_kind <> 'exact' THEN
+        IF v_plain THEN
+            SELECT t.rows > v_threshold
+                   AND t.counted_at > now() - make_interval(secs => coalesce(nullif(current_setting('pgmem.route_cache_seconds', true), '')::integer, 60))
+            INTO v_large
+            FROM pgmem.tenant_sizes t WHERE t.user_id = v_user AND t.space_id = v_space.space_id;
+            v_large := coalesce(v_large, false);
         END IF;
-        EXECUTE $q$
-        WITH u AS MATERIALIZED ($q$ || v_cand || $q$),
-        w AS (
-            SELECT u.id, coalesce(u.session_id, u.id::text) AS sess, u.fts_len AS len,
-                   row_number() OVER (PARTITION BY coalesce(u.session_id, u.id::text) ORDER BY u.created_at, u.seq) AS idx
-            FROM u),
-        wl AS (  -- BM25F document length over a window of +-2 memories of the same session
-            SELECT w.*, w.len + 0.6 * coalesce(lag(w.len, 1) OVER s, 0) + 0.4 * coalesce(lead(w.len, 1) OVER s, 0)
-                          + 0.2 * coalesce(lag(w.len, 2) OVER s, 0) + 0.2 * coalesce(lead(w.len, 2) OVER s, 0) AS dl
-            FROM w WINDOW s AS (PARTITION BY w.sess ORDER BY w.idx)),
-        st AS (SELECT count(*)::float8 AS n, greatest(avg(wl.dl), 1) AS avgdl FROM wl),
-        hit AS MATERIALIZED (  -- each matching memory's fts is unnested once
-            SELECT wl.sess, wl.idx, x.lexeme, coalesce(array_length(x.positions, 1), 1)::float8 AS tf
-            FROM u JOIN wl ON wl.id = u.id CROSS JOIN LATERAL unnest(u.fts) AS x
-            WHERE u.fts @@ $14 AND x.lexeme = ANY($13)),
-        spread AS (  -- a term counts for its own memory and, less, for its neighbours in the session
-            SELECT h.sess, h.idx + o.off AS tidx, h.lexeme, h.tf * o.wt AS tf
-            FROM hit h CROSS JOIN (VALUES (0, 1.0::float8), (1, 0.6), (-1, 0.4), (2, 0.2), (-2, 0.2)) AS o(off, wt)),
-        tfe AS (
-            SELECT wl.id, s.lexeme, sum(s.tf) AS tf, max(wl.dl) AS dl
-            FROM spread s JOIN wl ON wl.sess = s.sess AND wl.idx = s.tidx
-            GROUP BY wl.id, s.lexeme),
-        df AS (SELECT tfe.lexeme, count(*)::float8 AS df FROM tfe GROUP BY tfe.lexeme),
-        bm AS (  -- Okapi BM25, k1 = 1.2, b = 0.5
-            SELECT tfe.id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
-                               * tfe.tf * 2.2 / (tfe.tf + 1.2 * (0.5 + 0.5 * tfe.dl / st.avgdl))) AS s
-            FROM tfe JOIN df USING (lexeme) CROSS JOIN st GROUP BY tfe.id),
-        dn AS MATERIALIZED (  -- best of the memory's own and sentence vectors, plus its context vector (else its own)
-            SELECT u.id, 1 - (u.embedding OPERATOR(@vector@.<=>) $9) AS sim,
-                   greatest(1 - (u.embedding OPERATOR(@vector@.<=>) $9),
-                            coalesce((SELECT max(1 - (v.embedding OPERATOR(@vector@.<=>) $9)) FROM pgmem.memory_vectors v
-                                      WHERE v.user_id = $1 AND v.memory_id = u.id AND v.kind = 'sentence'), -1))
-                 + coalesce((SELECT 1 - (v.embedding OPERATOR(@vector@.<=>) $9) FROM pgmem.memory_vectors v
-                             WHERE v.user_id = $1 AND v.memory_id = u.id AND v.kind = 'context' ORDER BY v.n LIMIT 1),
-                            1 - (u.embedding OPERATOR(@vector@.<=>) $9)) AS s
-            FROM u),
-        raw AS (
-            SELECT u.*, wl.sess, coalesce(bm.s, 0) AS bs, coalesce(dn.s, 0) AS ds, dn.sim,
-                   (EXISTS (SELECT 1 FROM unnest(to_tsvector($15::regconfig, coalesce(u.metadata ->> 'speaker', ''))) AS x
-                            WHERE x.lexeme = ANY($13)))::integer::float8 AS spk
-            FROM u JOIN wl ON wl.id = u.id JOIN dn ON dn.id = u.id LEFT JOIN bm ON bm.id = u.id),
-        fused AS (
-            SELECT r.*, $16 * coalesce(r.bs / nullif(max(r.bs) OVER (), 0), 0)
-                      + $17 * coalesce(greatest(r.ds, 0) / nullif(max(greatest(r.ds, 0)) OVER (), 0), 0)
-                      + $18 * r.spk AS f
-            FROM raw r),
-        ranked AS (
-            SELECT f.*, f.f + $19 * max(f.f) OVER (PARTITION BY f.sess) AS score FROM fused f
-            ORDER BY score DESC, f.created_at DESC, f.id LIMIT $10)
-        SELECT coalesce(array_agg(ROW(r.id, r.user_id, $11, r.agent_id, r.session_id, r.content, r.metadata, r.created_at,
-                                      r.updated_at, nullif(pgmem._expiry(r.expires_at, r.created_at, $20), 'infinity'), r.version, CASE WHEN $9 IS NULL THEN NULL ELSE greatest(-1, least(1, r.sim)) END, r.score, r.bs,
-                                      CASE WHEN $9 IS NULL THEN NULL ELSE r.ds END)::pgmem.hybrid_hit
-                                  ORDER BY r.score DESC, r.created_at DESC, r.id), '{}')
-        FROM ranked r
-        $q$
-        INTO v_rows
+        IF NOT v_large THEN
+            v_ids := pgmem._scope_ids(v_user, v_space, p_agent_id, p_session_id, p_created_after, p_created_before,
+                                      p_filter, p_as_of, v_threshold + 1);
+            IF cardinality(v_ids) > v_threshold THEN
+                v_large := true;
+                v_ids := NULL;
+                IF v_plain THEN  -- stores the tenant's size (pgmem.tenant_sizes) for the next searches
+                    v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
+                    PERFORM pgmem._matching_rows(v_user, v_space, v_scope.o_sql, v_scope.o_filter, v_threshold,
+                                                 p_agent_id, p_session_id, p_created_after, p_created_before, p_filter, p_as_of);
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+    IF v_large THEN
+        -- Many rows: candidate pools, the best full-text matches (GIN) and the nearest vectors (HNSW).
+        IF v_scope IS NULL THEN
+            v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
+        END IF;
+        v_cast := CASE v_space.index_kind WHEN 'hnsw_halfvec' THEN '@vector@.halfvec' ELSE '@vector@.vector' END || '(' || v_space.dims || ')';
+        PERFORM set_config('hnsw.ef_search', least(1000, v_pool)::text, true);
+        PERFORM set_config('hnsw.max_scan_tuples', greatest(20000, 200 * p_k)::text, true);
+        PERFORM set_config('enable_sort', 'off', true);
+        EXECUTE format(
+            'SELECT array(SELECT c.id FROM (SELECT m.id FROM pgmem.memories m WHERE %1$s AND m.fts @@ $14'
+            || ' ORDER BY ts_rank(m.fts, $14) DESC LIMIT %2$s) c'
+            || CASE WHEN p_embedding IS NULL THEN '' ELSE
+               ' UNION SELECT d.id FROM (SELECT m.id FROM pgmem.memories m WHERE %1$s'
+               || ' ORDER BY (m.embedding::%3$s) OPERATOR(@vector@.<=>) (@vector@.l2_normalize($9)::%3$s) LIMIT %2$s) d' END || ')',
+            v_scope.o_sql, v_pool, v_cast)
+        INTO v_ids
         USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
               (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
-              p_k, v_space.name, v_ids, v_lexemes, v_tsquery, v_space.text_config,
-              p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END, p_speaker_weight, p_session_weight,
-              v_space.memory_ttl;
-        -- The pools can hold fewer than k rows (a selective filter): then score every matching row.
-        EXIT WHEN v_exact OR cardinality(v_rows) >= p_k;
-        v_exact := true;
-    END LOOP;
-    RETURN QUERY SELECT (v_rows[i]).* FROM generate_subscripts(v_rows, 1) AS i ORDER BY i;
+              NULL::integer, NULL::text, NULL::float8, v_lexemes, v_tsquery;
+        PERFORM set_config('enable_sort', 'on', true);
+        IF cardinality(v_ids) < p_k THEN
+            v_ids := NULL;  -- the pools hold fewer than k rows (a selective filter): score every matching row
+        END IF;
+    END IF;
+    IF v_ids IS NULL THEN  -- an exact space, or pools too small
+        v_ids := pgmem._scope_ids(v_user, v_space, p_agent_id, p_session_id, p_created_after, p_created_before,
+                                  p_filter, p_as_of, NULL);
+    END IF;
+
+    -- Every constant of the score (text mode: no vector weight).
+    SELECT * INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
+                                                 p_speaker_weight, p_session_weight);
+
+    -- 1. The candidates in one pass (a nested loop over their ids, by primary key), numbered by session and place
+    --    in it: each one's vector score (best of its own and its sentence vectors, plus its context vector, else
+    --    its own cosine again), its window's document length, and the query terms it holds (one row per term).
+    WITH u AS MATERIALIZED (  -- each cosine computed once
+        SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
+               CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
+               1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim,
+               xv.sentence, xv.context
+        FROM unnest(v_ids) AS c(id)
+        JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
+        LEFT JOIN LATERAL (  -- the best sentence vector, and the context vector (the first by n)
+            SELECT max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
+                   (min(ARRAY[v.n, v.sim]) FILTER (WHERE v.kind = 'context'))[2] AS context
+            FROM (SELECT x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
+                  FROM pgmem.memory_vectors x
+                  WHERE x.user_id = v_user AND x.memory_id = m.id AND p_embedding IS NOT NULL) v) xv ON true),
+    w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
+        SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
+               row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
+               u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
+                   + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl,
+               coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds
+        FROM u
+        WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
+    SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
+    INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
+    FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
+                 array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds,
+                 array_agg(w.created_at) AS created_at FROM w) c,
+         (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
+                 array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
+          FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
+          WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+
+    -- 2. Scores, over those rows only, with hash joins (a nested loop would rescan the per-candidate aggregates
+    --    for every candidate: the generic plan, planned once per connection, cannot count them).
+    PERFORM set_config('enable_nestloop', 'off', true);
+    SELECT array_agg(r.id ORDER BY r.score DESC, r.created_at DESC, r.id), array_agg(r.score ORDER BY r.score DESC, r.created_at DESC, r.id),
+           array_agg(r.bs ORDER BY r.score DESC, r.created_at DESC, r.id), array_agg(r.ds ORDER BY r.score DESC, r.created_at DESC, r.id),
+           array_agg(r.sim ORDER BY r.score DESC, r.created_at DESC, r.id)
+    INTO v_h_id, v_h_score, v_h_bs, v_h_ds, v_h_sim
+    FROM (
+        WITH f AS MATERIALIZED (SELECT v_f.next_wt AS next_wt, v_f.prev_wt AS prev_wt, v_f.far_wt AS far_wt, v_f.k1 AS k1,
+                                       v_f.b AS b, v_f.text_wt AS text_wt, v_f.vector_wt AS vector_wt,
+                                       v_f.speaker_wt AS speaker_wt, v_f.session_wt AS session_wt),
+        u AS MATERIALIZED (
+            SELECT * FROM unnest(v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created)
+                          AS u(pos, id, sess, dl, speaker, sim, ds, created_at)),
+        st AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(u.dl), 1) AS avgdl FROM u),
+        spread AS MATERIALIZED (  -- a term counts for its own memory and, less, for its neighbours in the session
+            SELECT h.pos + o.off AS tpos, h.lexeme, h.tf * o.wt AS tf
+            FROM unnest(v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf) AS h(pos, idx, n, lexeme, tf) CROSS JOIN f
+            CROSS JOIN LATERAL (VALUES (0, 1.0::float8), (1, f.next_wt::float8), (-1, f.prev_wt::float8),
+                                       (2, f.far_wt::float8), (-2, f.far_wt::float8)) AS o(off, wt)
+            WHERE h.idx + o.off BETWEEN 1 AND h.n),
+        tfe AS MATERIALIZED (
+            SELECT s.tpos, s.lexeme, sum(s.tf) AS tf, max(u.dl) AS dl
+            FROM spread s JOIN u ON u.pos = s.tpos
+            GROUP BY s.tpos, s.lexeme),
+        df AS MATERIALIZED (SELECT tfe.lexeme, count(*)::float8 AS df FROM tfe GROUP BY tfe.lexeme),
+        bm AS MATERIALIZED (  -- Okapi BM25, idf ln(1 + (N - df + 0.5) / (df + 0.5)), statistics over the candidates
+            SELECT tfe.tpos, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
+                                 * tfe.tf * (f.k1 + 1) / (tfe.tf + f.k1 * ((1 - f.b) + f.b * tfe.dl / st.avgdl))) AS s
+            FROM tfe JOIN df USING (lexeme) CROSS JOIN st CROSS JOIN f GROUP BY tfe.tpos),
+        sp AS MATERIALIZED (  -- speaker match: a lexeme of metadata.speaker is a query term; once per distinct speaker
+            SELECT d.speaker, (EXISTS (SELECT 1 FROM unnest(to_tsvector(v_space.text_config, d.speaker)) AS x
+                                       WHERE x.lexeme = ANY (v_lexemes)))::integer::float8 AS spk
+            FROM (SELECT DISTINCT u.speaker FROM u) d),
+        raw AS (
+            SELECT u.id, u.sess, u.created_at, u.sim, u.ds, coalesce(bm.s, 0) AS bs, sp.spk
+            FROM u JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm ON bm.tpos = u.pos),
+        fused AS (
+            SELECT r.*, f.text_wt * coalesce(r.bs / nullif(max(r.bs) OVER (), 0), 0)
+                      + f.vector_wt * coalesce(greatest(r.ds, 0) / nullif(max(greatest(r.ds, 0)) OVER (), 0), 0)
+                      + f.speaker_wt * r.spk AS fu
+            FROM raw r CROSS JOIN f),
+        ranked AS (
+            SELECT x.*, x.fu + f.session_wt * max(x.fu) OVER (PARTITION BY x.sess) AS score FROM fused x CROSS JOIN f)
+        SELECT * FROM ranked x
+        WHERE p_min_score IS NULL OR x.score >= p_min_score
+        ORDER BY x.score DESC, x.created_at DESC, x.id
+        LIMIT p_k) r;
+    PERFORM set_config('enable_nestloop', 'on', true);
+
+    -- 3. The k best, read back by primary key, in score order.
+    RETURN QUERY
+    SELECT m.id, m.user_id, v_space.name, m.agent_id, m.session_id, m.content, m.metadata, m.created_at, m.updated_at,
+           nullif(pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl), 'infinity'), m.version,
+           CASE WHEN p_embedding IS NULL THEN NULL ELSE greatest(-1, least(1, h.sim)) END, h.score, h.bs,
+           CASE WHEN p_embedding IS NULL THEN NULL ELSE h.ds END
+    FROM unnest(v_h_id, v_h_score, v_h_bs, v_h_ds, v_h_sim) WITH ORDINALITY AS h(id, score, bs, ds, sim, ord)
+    JOIN pgmem.memories m ON m.user_id = v_user AND m.id = h.id
+    ORDER BY h.ord;
 END
 $function$;
-COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first. Without p_embedding: full-text only. Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
+COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';

@@ -60,8 +60,8 @@ ALTER FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, t
 ALTER FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.search(text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION pgmem.search(text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz) SECURITY DEFINER;
-ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) SECURITY DEFINER;
+ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.history(uuid) SECURITY DEFINER;
 ALTER FUNCTION pgmem.history(uuid) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz) SECURITY DEFINER;
@@ -113,7 +113,7 @@ GRANT EXECUTE ON FUNCTION
     pgmem.chain(uuid),
     pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz),
     pgmem.search(text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz),
-    pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz),
+    pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision),
     pgmem.history(uuid),
     pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz),
     pgmem.recent_turns(text, text, integer),
