@@ -4,7 +4,7 @@ until it answers ``initialize`` over stdio.
     python bench/cli.py [--runs 10]
 
 It starts a private embedded server (a temporary data dir, stopped at the end), adds one memory, starts the
-stub OpenAI-compatible embedding server of the tests (tests/embedding_server.py, on 127.0.0.1) and then runs,
+stub OpenAI-compatible embedding server of the tests (tests/support/embedding_server.py, on 127.0.0.1) and then runs,
 in rounds that interleave the cases (one warm-up round first, not counted):
 
 - ``python -c pass`` and ``pgmem --version``: the floor (interpreter; interpreter + CLI imports);

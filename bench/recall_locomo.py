@@ -62,7 +62,7 @@ SPACE = "minilm"
 MODES = ("vector", "text", "hybrid")
 K = 10
 CATEGORIES = (1, 2, 3, 4)
-# Naive baseline of /work/shared/data/locomo/README.md (883 questions, all-MiniLM-L6-v2, turns as "Speaker: text"):
+# Naive baseline of the LoCoMo data set's README (883 questions, all-MiniLM-L6-v2, turns as "Speaker: text"):
 # dense only, PostgreSQL full-text (OR of question words, ts_rank_cd), reciprocal-rank fusion of the two.
 BASELINE = {"vector": ("baseline dense", 0.395, 0.483),
             "text": ("baseline full-text", 0.492, 0.572),

@@ -32,9 +32,8 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, is_dataclass
-from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any, Optional
 from uuid import UUID
@@ -42,6 +41,7 @@ from uuid import UUID
 import typer
 from typer.core import TyperGroup
 
+from . import exports, files, maintenance
 from .errors import IdentityError, NotFound, PgmemError, ScopeRequired, ValidationError, from_psycopg
 
 DEFAULT_SPACE = "default"
@@ -80,7 +80,7 @@ class _Invoke(TyperGroup):
 
 
 # Help reads like git's or psql's: plain text (no boxes), -h as well as --help, commands grouped by what they
-# are for, one line each. A command missing here is listed under "Other commands" (tests/test_cli_help.py).
+# are for, one line each. A command missing here is listed under "Other commands" (tests/cli/test_cli_spaces.py).
 COMMAND_GROUPS: dict[str, list[tuple[str, str]]] = {
     "Memories": [
         ("add", "Store a memory"),
@@ -403,29 +403,10 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
-def to_jsonable(value: Any) -> Any:
-    """Dataclasses, UUIDs, datetimes and paths as JSON types (ids and times as strings, ISO 8601)."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return to_jsonable(asdict(value))
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, (UUID, Path)):
-        return str(value)
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, timedelta):
-        return value.total_seconds()  # durations (TTLs) in seconds
-    return value
-
-
 def emit(o: Options, data: Any, readable: Callable[[], None]) -> None:
     """Print ``data`` as one JSON document when --json was given, else call ``readable``."""
     if o.as_json:
-        typer.echo(json.dumps(to_jsonable(data), ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(exports.to_jsonable(data), ensure_ascii=False, indent=2))
     else:
         readable()
 
@@ -1011,7 +992,7 @@ def import_(ctx: typer.Context,
 
     o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role, as_json=as_json)
     fmt = importer.check_format(fmt)
-    if fmt == "export" or (fmt is None and is_export_file(file)):
+    if fmt == "export" or (fmt is None and exports.is_export_file(file)):
         import_export(o, file)
         return
     total = importer.count_records(file, fmt)  # checks the whole file: refused here, before any write
@@ -1094,46 +1075,6 @@ def maintainer(o: Options) -> Iterator[Any]:
         m.close()
 
 
-def check_output_file(path: Path, force: bool) -> None:
-    """Refuse, before any work, to write ``path`` when it exists (unless ``force``), is a directory, or its
-    directory is missing. ValidationError naming ``path`` as the user gave it."""
-    target = path.expanduser()
-    if target.is_dir():
-        raise ValidationError(f"{path} is a directory", field="file", hint="give the path of a file")
-    if not force and os.path.lexists(target):
-        raise ValidationError(f"{path} exists already", field="file",
-                              hint="pass --force to overwrite it, or choose another file")
-    if not target.parent.is_dir():
-        raise ValidationError(f"cannot write {path}: directory {target.parent} does not exist", field="file")
-
-
-def _write_private(path: Path, lines: Iterable[str], *, force: bool = False) -> None:
-    """Write text lines to ``path`` readable by its owner only (0600), atomically and durably, with
-    :func:`pgmem.files.write_private` (never over an existing file unless ``force``, never over another
-    user's file). Raises ValidationError (see :func:`check_output_file`), UnsafePath or PgmemError naming
-    ``path`` as given."""
-    from . import files
-
-    check_output_file(path, force)
-    try:
-        files.write_private(path.expanduser(), lines, force=force)
-    except FileExistsError:  # created while we wrote
-        raise ValidationError(f"{path} exists already", field="file",
-                              hint="pass --force to overwrite it, or choose another file") from None
-
-
-def _jsonl(rows: Iterable[dict]) -> Iterator[str]:
-    for r in rows:
-        yield json.dumps(to_jsonable(r), ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def _kind_counts(rows: Iterable[dict]) -> dict[str, int]:
-    counts = {"memory": 0, "turn": 0, "history": 0}
-    for r in rows:
-        counts[r.get("kind")] = counts.get(r.get("kind"), 0) + 1
-    return counts
-
-
 def _count_table(rows: Iterable[tuple[Any, ...]], headers: tuple[str, ...], title: str | None = None):
     """A rich table of a name column and right-aligned count columns."""
     from rich.table import Table
@@ -1146,46 +1087,6 @@ def _count_table(rows: Iterable[tuple[Any, ...]], headers: tuple[str, ...], titl
     for name, *counts in rows:
         table.add_row(Text(str(name)), *(str(n) for n in counts))
     return table
-
-
-def vacuum_tables(dsn: str, role: str | None, tables: Iterable[str]) -> tuple[list[str], list[str]]:
-    """``VACUUM`` the named ``pgmem`` tables on an autocommit connection (as ``role`` when given) so the dead
-    row versions of deleted rows are removed. Returns (tables vacuumed, notes on what was skipped and why);
-    a table the role may not vacuum (not its owner, no MAINTAIN) is skipped, never an error."""
-    import psycopg
-    from psycopg import sql
-
-    done: list[str] = []
-    notes: list[str] = []
-    warnings: list[str] = []
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            if role:
-                conn.execute("SELECT set_config('role', %s, false)", (role,))
-            conn.add_notice_handler(lambda d: warnings.append(d.message_primary or "")
-                                    if d.severity_nonlocalized == "WARNING" else None)
-            allowed = {r[0] for r in conn.execute(
-                """SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                   WHERE n.nspname = 'pgmem' AND c.relname = ANY (%s)
-                     AND (pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
-                          OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
-                          OR CASE WHEN current_setting('server_version_num')::integer >= 170000
-                                  THEN pg_catalog.has_table_privilege(c.oid, 'MAINTAIN') ELSE false END)""",
-                (list(tables),)).fetchall()}
-            for t in tables:
-                if t not in allowed:
-                    notes.append(f"VACUUM of pgmem.{t} skipped: role {role or 'of the login'} may not vacuum it "
-                                 "(run VACUUM as its owner or a superuser)")
-                    continue
-                warnings.clear()
-                conn.execute(sql.SQL("VACUUM {}.{}").format(sql.Identifier("pgmem"), sql.Identifier(t)))
-                if warnings:
-                    notes.append(f"VACUUM of pgmem.{t}: {'; '.join(warnings)}")
-                else:
-                    done.append(t)
-    except psycopg.Error as exc:
-        notes.append(f"VACUUM not run: {from_psycopg(exc)}")
-    return done, notes
 
 
 @app.command()
@@ -1268,7 +1169,7 @@ def erase(ctx: typer.Context,
     user_id = validation.check_id(user_id, "user", optional=False)
     if export_file is not None:
         try:
-            check_output_file(export_file, force)  # before asking, before erasing
+            files.check_output_file(export_file, force)  # before asking, before erasing
         except PgmemError as exc:
             raise type(exc)(f"nothing erased: {exc.message}", hint=exc.hint) from None
     if not yes:
@@ -1286,10 +1187,10 @@ def erase(ctx: typer.Context,
         if export_file is not None:
             rows = m.with_identity(user_id=user_id).export()
             try:
-                _write_private(export_file, _jsonl(rows), force=force)
+                files.write_output_file(export_file, exports.jsonl_lines(rows), force=force)
             except PgmemError as exc:
                 raise type(exc)(f"nothing erased: {exc.message}", hint=exc.hint) from None
-            exported = {"path": str(export_file), "rows": len(rows), **_kind_counts(rows)}
+            exported = {"path": str(export_file), "rows": len(rows), **exports.kind_counts(rows)}
         tables = m.erase_user(user_id)
         vac_dsn, vac_role = m.dsn, m.role
     journals: dict[str, int] = {}
@@ -1301,7 +1202,7 @@ def erase(ctx: typer.Context,
                             f"cleaned: {exc.message}",
                             hint=f"{exc.hint + '; ' if exc.hint else ''}then run `pgmem erase {user_id} --yes` "
                                  "again (erasing again is harmless)") from None
-    vacuumed, notes = vacuum_tables(vac_dsn, vac_role, [t for t, n in tables.items() if n > 0])
+    vacuumed, notes = maintenance.vacuum_tables(vac_dsn, vac_role, [t for t, n in tables.items() if n > 0])
     data = {"user": user_id, "tables": tables, "journals": journals, "export": exported,
             "vacuumed": vacuumed, "notes": notes}
 
@@ -1336,63 +1237,27 @@ def export(ctx: typer.Context,
     the full history. `pgmem import FILE` reads it back."""
     o = options(ctx, dsn=dsn, user=user, role=role)
     if out != "-":
-        check_output_file(Path(out), force)  # before reading the database
+        files.check_output_file(Path(out), force)  # before reading the database
     with memory(o, space_use="none") as m:
         rows = m.export(embeddings=not no_embeddings)
-    counts = _kind_counts(rows)
+    counts = exports.kind_counts(rows)
     summary = (f"exported {len(rows)} rows of user {o.user}: {counts['memory']} memor"
                f"{'y' if counts['memory'] == 1 else 'ies'}, {counts['turn']} turn{'' if counts['turn'] == 1 else 's'}, "
                f"{counts['history']} history event{'' if counts['history'] == 1 else 's'}")
     if out == "-":
-        for line in _jsonl(rows):
+        for line in exports.jsonl_lines(rows):
             sys.stdout.write(line)
         sys.stdout.flush()
         typer.echo(summary, err=True)
     else:
-        _write_private(Path(out), _jsonl(rows), force=force)
+        files.write_output_file(Path(out), exports.jsonl_lines(rows), force=force)
         typer.echo(f"{summary} to {out}")
-
-
-def _export_rows(file: Path) -> list[dict]:
-    """The rows of a `pgmem export` file (JSONL, each with "kind"); ValidationError naming a bad line."""
-    rows = []
-    try:
-        with open(file, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValidationError(f"{file} line {n} is not JSON: {exc.msg} at column {exc.colno}") from None
-                if not isinstance(row, dict) or row.get("kind") not in ("memory", "turn", "history"):
-                    raise ValidationError(f"{file} line {n} is not a row of a pgmem export (no kind memory, turn "
-                                          "or history)")
-                rows.append(row)
-    except UnicodeDecodeError as exc:
-        raise ValidationError(f"{file} is not UTF-8 text ({exc.reason})", field="file") from None
-    if not rows:
-        raise ValidationError(f"{file} holds no rows of a pgmem export", field="file")
-    return rows
-
-
-def is_export_file(file: Path) -> bool:
-    """Whether ``file`` looks like a `pgmem export`: its first non-blank line is a JSON object with "kind"."""
-    try:
-        with open(file, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    row = json.loads(line)
-                    return isinstance(row, dict) and "kind" in row
-    except (ValueError, OSError):
-        return False
-    return False
 
 
 def import_export(o: Options, file: Path) -> None:
     """`pgmem import` of a `pgmem export` file: all rows for one user (--user, else the user the export
     names), all or nothing (Memory.import_rows)."""
-    rows = _export_rows(file)
+    rows = exports.read_export(file)
     target = o.user
     if target is None:
         named = {r.get("user_id") for r in rows} - {None}

@@ -266,7 +266,7 @@ _VECTOR_ROWS = record_rows(MemoryRecord, score_from="similarity")  # vector sear
 
 def _params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The parameters of the named query ``name`` of queries.sql. It only returns ``params``: the name makes a
-    builder's dict checkable against the query's placeholders (tests/test_signatures.py)."""
+    builder's dict checkable against the query's placeholders (tests/schema/test_signatures.py)."""
     return params
 
 
@@ -874,7 +874,13 @@ class Memory(MemoryBase):
         return {k: int(row[k]) for k in ("memories", "turns", "history")}
 
     def space(self, *, conn: psycopg.Connection | None = None) -> Space:
-        """This client's embedding space; created for the embedder when missing (if the role may)."""
+        """This client's embedding space; created for the embedder when missing (if the role may).
+
+        Read once per space name and cached for every client sharing this one's pool (``with_identity``):
+        the first call runs ``pgmem.space`` and, when it raises NotFound, ``pgmem.create_space`` (two
+        statements, two transactions; a concurrent creator makes the second a no-op, create_space being
+        idempotent). Later calls run nothing. Methods that need the space (add, search, list, ...) call this
+        first."""
         if self._space is not None:
             return self._space
         with self._space_lock:
@@ -892,7 +898,13 @@ class Memory(MemoryBase):
             conn: psycopg.Connection | None = None) -> AddResult:
         """Store one memory; identical content of the same user and space is not stored twice (``created``
         False, existing id). ``embedding``: a vector of the space's dims to skip the embedder.
-        Raises ValidationError (bad content/metadata), DimensionMismatch, IdentityError."""
+        Raises ValidationError (bad content/metadata), DimensionMismatch, IdentityError.
+
+        Statements: with a ``session_id``, no ``embedding`` and ``contextual``, ``pgmem.session_tail`` first
+        reads the session's last memory (its text is embedded with this one as the context vector), then
+        ``pgmem.add`` stores the memory; each is its own transaction unless ``conn`` is in one. A memory
+        another writer adds to the session in between is not this one's context; nothing else depends on
+        the read. (The space, when not cached yet: see :meth:`space`.)"""
         a = self._add_args(content, metadata, agent_id, session_id, expires_at, embedding)
         previous = self._previous_content(a["context_of"], conn)
         row = self._rows("add", self._add_params(self.space(conn=conn), a, previous), conn)[0]
@@ -918,6 +930,11 @@ class Memory(MemoryBase):
         this client's user). Every item is validated first; a bad one raises ValidationError naming its index
         and nothing is written. Returns one AddResult per item, in order. Raises IdentityError when the login
         may not act for a named user.
+
+        Statements: one ``pgmem.session_tail`` per (user, session) of the batch whose items are embedded here
+        with context (their first memory's context is the session's last stored memory), then one
+        ``pgmem.add_batch`` for all items, all or nothing. As for :meth:`add`, a concurrent writer to the
+        same session in between changes only which text is the context vector.
         """
         norm = self._add_many_items(items, agent_id, session_id)
         if not norm:
@@ -932,7 +949,13 @@ class Memory(MemoryBase):
                conn: psycopg.Connection | None = None) -> MemoryRecord:
         """Change a memory's content (re-embedded in the same statement) and/or metadata. Metadata merges
         into the old top-level keys unless ``replace_metadata``. ``expected_version`` makes it optimistic.
-        Raises NotFound, VersionConflict, DuplicateMemory, ValidationError."""
+        Raises NotFound, VersionConflict, DuplicateMemory, ValidationError.
+
+        Statements: new content without an ``embedding`` is re-embedded sentence by sentence, each sentence
+        named by the memory's speaker, so unless ``replace_metadata`` gives new metadata, ``pgmem.get``
+        first reads the stored metadata; then ``pgmem.update`` writes, one transaction. A concurrent change
+        of the speaker in between can leave sentence vectors named by the old one; pass
+        ``expected_version`` to have such a write refused (VersionConflict) instead."""
         u = self._update_args(content, metadata, replace_metadata, embedding)
         current = self.get(id, conn=conn) if u["needs_current"] else None
         space = self.space(conn=conn) if u["needs_space"] else None
@@ -946,6 +969,12 @@ class Memory(MemoryBase):
         wildcard or escape meaning; ``new`` is inserted byte for byte. The new content is re-embedded and
         stored with it in one statement, guarded by the version read (retried twice on a concurrent change
         unless ``expected_version`` is given).
+
+        Statements (read-modify-write): ``pgmem.get`` reads the memory, the replacement and its embedding
+        are computed here, then ``pgmem.edit`` writes only if the memory still has the version read and
+        still holds ``old`` once (two transactions). A concurrent writer that changes the memory in
+        between makes ``pgmem.edit`` raise VersionConflict, and the whole cycle runs again (at most three
+        times) on the new content; nothing is ever written over a change this call did not see.
 
         Raises ValidationError (empty ``old``), NeedleNotFound, AmbiguousEdit (``count``, overlapping
         occurrences included), NotFound, VersionConflict.
@@ -1143,7 +1172,12 @@ class Memory(MemoryBase):
         those turns (:meth:`sources`), and the turns are marked consolidated, in one transaction. Idempotent:
         with no pending turns it returns [] without calling ``summarise``; a retried or concurrent call for the
         same turns stores nothing twice. Raises ValidationError (bad summariser output), VersionConflict (some
-        of the turns were consolidated meanwhile)."""
+        of the turns were consolidated meanwhile).
+
+        Statements: ``pgmem.pending_turns`` reads the turns (one transaction), ``summarise`` runs, then
+        ``pgmem.consolidate`` stores the memories, links them to the turns and marks the turns, all in one
+        transaction that first checks no given turn was consolidated meanwhile. Turns appended while
+        ``summarise`` runs are not in this call; they are pending for the next."""
         space = self.space(conn=conn)
         turns = self.pending_turns(session_id, n=max_turns, conn=conn)
         if not turns:

@@ -12,6 +12,9 @@ symbolic link or over a file that belongs to someone else:
   a regular file owned by the effective uid and not writable by group or others. One readable by group or
   others (made by hand, or by an old tool) is narrowed to 0600, with a warning in the log.
 - :func:`create_private` creates a new file only (``O_EXCL``): an existing path, link or not, is refused.
+- :func:`write_output_file` writes a file a user named (an export): :func:`check_output_file` first (not a
+  directory, its directory exists, not there already unless ``force``: ValidationError), then
+  :func:`write_private`.
 - :func:`write_private` writes a whole file atomically and durably: a new temporary file next to it
   (exclusive, 0600), ``fsync``, then a hard link to the target name (which fails if the name exists, so
   nothing is ever overwritten) or, with ``force``, a rename over it; then ``fsync`` of the directory.
@@ -33,7 +36,7 @@ from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
 
-from .errors import PgmemError, UnsafePath
+from .errors import PgmemError, UnsafePath, ValidationError
 
 log = logging.getLogger("pgmem.files")
 
@@ -221,5 +224,31 @@ def write_private(path: str | os.PathLike, chunks: Iterable[str | bytes], *, for
         raise
 
 
-__all__ = ["DIR_MODE", "FILE_MODE", "check_stat", "create_private", "fsync_dir", "open_private", "private_dir",
-           "write_all", "write_private"]
+def check_output_file(path: Path, force: bool) -> None:
+    """Refuse, before any work, to write ``path`` when it exists (unless ``force``), is a directory, or its
+    directory is missing. ValidationError naming ``path`` as the user gave it."""
+    target = path.expanduser()
+    if target.is_dir():
+        raise ValidationError(f"{path} is a directory", field="file", hint="give the path of a file")
+    if not force and os.path.lexists(target):
+        raise ValidationError(f"{path} exists already", field="file",
+                              hint="pass --force to overwrite it, or choose another file")
+    if not target.parent.is_dir():
+        raise ValidationError(f"cannot write {path}: directory {target.parent} does not exist", field="file")
+
+
+def write_output_file(path: Path, lines: Iterable[str], *, force: bool = False) -> None:
+    """Write text lines to ``path`` (a file a user named: an export) readable by its owner only (0600),
+    atomically and durably, with :func:`write_private`: never over an existing file unless ``force``, never
+    over another user's file. Raises ValidationError (see :func:`check_output_file`), UnsafePath or
+    PgmemError naming ``path`` as given."""
+    check_output_file(path, force)
+    try:
+        write_private(path.expanduser(), lines, force=force)
+    except FileExistsError:  # created while we wrote
+        raise ValidationError(f"{path} exists already", field="file",
+                              hint="pass --force to overwrite it, or choose another file") from None
+
+
+__all__ = ["DIR_MODE", "FILE_MODE", "check_output_file", "check_stat", "create_private", "fsync_dir", "open_private",
+           "private_dir", "write_all", "write_output_file", "write_private"]

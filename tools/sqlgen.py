@@ -15,7 +15,7 @@ by regenerating them (``pgmem._build_knn()``).
 
 Table DDL (columns, indexes, policies, triggers) is not generated: write it by hand into the forward file
 and its rollback, and into sql/current. Review both files, then run the schema-source tests
-(``python -m pytest tests/test_schema_source.py``). Nothing is written when a file of that number exists.
+(``python -m pytest tests/schema/test_schema_source.py``). Nothing is written when a file of that number exists.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"a migration numbered {number} exists already")
     path.write_text(forward, encoding="utf-8")
     path.with_name(f"{number}.{args.name}.rollback.sql").write_text(rollback, encoding="utf-8")
-    print(f"wrote {path} and {path.name[:-4]}.rollback.sql; review them, then run tests/test_schema_source.py")
+    print(f"wrote {path} and {path.name[:-4]}.rollback.sql; review them, then run tests/schema/test_schema_source.py")
     return 0
 
 
