@@ -19,7 +19,7 @@ from pgmem.doctor import run_checks
 from pgmem.errors import IdentityError
 from pgmem.testing import HashEmbedder
 
-from citus_helpers import as_login
+from .citus_helpers import as_login
 
 SPACE = "citus64"
 EMB = HashEmbedder(64)
