@@ -112,6 +112,7 @@ COMMAND_GROUPS: dict[str, list[tuple[str, str]]] = {
         ("migrate", "Apply pending migrations"),
         ("pending", "List the migrations not applied yet"),
         ("rollback", "Roll back the last migrations"),
+        ("distribute", "Distribute a migrated Citus coordinator by user"),
         ("sql-path", "Print the directory of the migration files"),
         ("doctor", "Check the health of a pgmem database"),
         ("backup", "Back up the whole database into a directory"),
@@ -569,6 +570,18 @@ def migrate(ctx: typer.Context, dsn: DsnOpt = None, as_json: JsonOpt = False) ->
     applied = migrations.migrate(admin_dsn(o))
     emit(o, {"applied": applied},
          lambda: typer.echo("applied: " + ", ".join(applied) if applied else "up to date"))
+
+
+@app.command()
+def distribute(ctx: typer.Context, dsn: DsnOpt = None, as_json: JsonOpt = False) -> None:
+    """Apply the Citus distribution plan to a migrated coordinator (docs/scaling.md): reference tables spaces
+    and role_bindings, the six user tables colocated by user_id, the workers' role, the cluster mode.
+    Idempotent; refuses on a server without Citus or with a cluster setting missing."""
+    from . import citus
+
+    o = options(ctx, dsn=dsn, as_json=as_json)
+    done = citus.distribute(admin_dsn(o))
+    emit(o, {"done": done}, lambda: typer.echo("\n".join(done) if done else "already distributed"))
 
 
 @app.command()

@@ -327,6 +327,13 @@ class MemoryBase:
         return self._transport.role
 
     @property
+    def cluster(self) -> bool | None:
+        """Whether the database is a Citus cluster in cluster mode (``pgmem.cluster = 'citus'``, recorded by
+        ``pgmem distribute``): every call acting for a user then runs in a transaction block
+        (docs/scaling.md). None until the client has connected."""
+        return self._transport.cluster
+
+    @property
     def dsn(self) -> str | None:
         """The DSN connected to (None for a pool the caller made, and for an AsyncMemory not yet opened)."""
         return self._transport.dsn

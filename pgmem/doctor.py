@@ -75,7 +75,7 @@ SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p') AND c.relname <> 'role_bindings'
-  AND c.relname NOT LIKE 'service\_%'  -- the HTTP service's state: granted to nobody, owner-run functions only
+  AND c.relname NOT LIKE 'service\\_%'  -- the HTTP service's state: granted to nobody, owner-run functions only
   AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
               WHERE a.attrelid = c.oid AND a.attname = 'user_id' AND a.attnum > 0 AND NOT a.attisdropped)
 ORDER BY c.relname
@@ -201,6 +201,10 @@ def run_checks(dsn: str, *, space: str = "default", role: str | None = None, emb
             has_schema = conn.execute(SQL_SCHEMA).fetchone() is not None
             checks.append(_rls_check(conn, has_schema))
             checks.append(_index_check(conn, has_schema))
+            if has_schema:  # on a Citus coordinator only (none on a single PostgreSQL)
+                from .citus import checks as citus_checks
+
+                checks += citus_checks(conn)
 
             space_row = _space_row(conn, space) if has_schema and ext is not None else None
             if has_schema and ext is not None:

@@ -92,7 +92,27 @@ def migrate(dsn: str) -> list[str]:
             todo = backend.to_apply(migrations)
             backend.apply_migrations(todo)
             return [m.id for m in todo]
-    return _run(go)
+    applied = _run(go)
+    if applied:
+        _redistribute(dsn)
+    return applied
+
+
+def _redistribute(dsn: str) -> None:
+    """On a Citus coordinator already distributed (cluster mode recorded), apply the distribution plan's
+    idempotent steps again after migrations: a redefined search function forces generic plans again, which
+    Citus cannot route (docs/scaling.md). Nothing on a single PostgreSQL."""
+    import psycopg
+
+    from . import citus
+
+    def recorded() -> bool:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            row = conn.execute("SELECT current_setting('pgmem.cluster', true)").fetchone()
+            return row is not None and row[0] == citus.CLUSTER_VALUE
+
+    if _run(recorded):
+        citus.distribute(dsn)
 
 
 def rollback(dsn: str, count: int | None = None) -> list[str]:

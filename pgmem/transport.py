@@ -37,6 +37,10 @@ from .queries import Statement, query, statement
 GATEWAY_ROLE = "pgmem_gateway"
 # Back to the login role for the rest of one transaction (the schema owner's calls, e.g. set_retention).
 AS_LOGIN = "SET LOCAL ROLE NONE"
+# The database-level setting `pgmem distribute` records on a Citus coordinator (ALTER DATABASE ... SET
+# pgmem.cluster = 'citus'), read once per client: the cluster mode of docs/scaling.md.
+CLUSTER_SETTING = "pgmem.cluster"
+CLUSTER_QUERY = "SELECT current_setting('pgmem.cluster', true) IS NOT DISTINCT FROM 'citus' AS cluster"
 
 _json_decode = json.JSONDecoder().decode
 
@@ -184,11 +188,23 @@ class Transport:
     failures to pgmem errors. No I/O here."""
 
     identity: IdentityRoute = IdentityRoute()
+    # Cluster mode: None until read from the database (the probe connection, else the first call).
+    cluster: bool | None = None
 
     def __init__(self, *, pool: Any = None, role: str | None = None, dsn: str | None = None) -> None:
         self.pool = pool
         self.role = role
         self.dsn = dsn
+
+    def _set_cluster(self, flag: bool) -> None:
+        """Record the cluster mode read from the database. On a Citus cluster every call acting for a user
+        is a transaction (:class:`TransactionIdentity`): only SET LOCAL inside a transaction block reaches
+        the workers (citus.propagate_set_commands = 'local'), so a one-statement call would carry no identity
+        there (its reads would find nothing). A route set on the instance is left as it is."""
+        self.cluster = flag
+        if "identity" not in vars(self):
+            if flag:
+                self.identity = TransactionIdentity()
 
     def safe_dsn(self) -> str:
         """The DSN without user and password (for messages)."""
@@ -223,11 +239,15 @@ class SyncTransport(Transport):
         conninfo, embedded = resolve_dsn(dsn)
         t = cls(role=(GATEWAY_ROLE if embedded else None) if role is ... else role, dsn=conninfo)
         # Not for the embedded server with its own role: resolve_dsn has just reached and migrated it, and the
-        # probe was a connection and three type lookups more in every CLI command.
-        if not (embedded and role is ...):
+        # probe was a connection and three type lookups more in every CLI command. The embedded server is one
+        # node, never a Citus cluster.
+        if embedded and role is ...:
+            t._set_cluster(False)
+        else:
             try:
                 with psycopg.connect(conninfo, connect_timeout=10) as probe:
                     _register_vector(probe)  # SchemaError at once when the vector extension is missing
+                    t._set_cluster(bool(probe.execute(CLUSTER_QUERY).fetchone()[0]))
                     if t.role:
                         probe.execute("SELECT set_config('role', %s, false)", (t.role,))
             except psycopg.Error as exc:
@@ -286,6 +306,12 @@ class SyncTransport(Transport):
              row_factory: Any = dict_row) -> list[Any]:
         """The rows of the named statement ``name`` run with ``params`` acting for ``user_id``, by the
         identity route (on ``conn``, else a pooled connection). Raises :mod:`pgmem.errors` classes only."""
+        if self.cluster is None and conn is None:  # a pool the caller made: read the mode once
+            try:
+                with self.pool.connection() as c:
+                    self._set_cluster(bool(c.execute(CLUSTER_QUERY).fetchone()[0]))
+            except psycopg.Error as exc:
+                raise from_psycopg(exc) from exc
         how, sql, params, act_as = self._plan(name, params, user_id, conn)
         try:
             if how == "statement":
@@ -342,6 +368,7 @@ class AsyncTransport(Transport):
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10) as probe:
                     await _register_vector_async(probe)
+                    self._set_cluster(bool((await (await probe.execute(CLUSTER_QUERY)).fetchone())[0]))
                     if self.role:
                         await probe.execute("SELECT set_config('role', %s, false)", (self.role,))
             except psycopg.Error as exc:
@@ -395,6 +422,12 @@ class AsyncTransport(Transport):
     async def rows(self, name: str, params: dict[str, Any], user_id: str | None,
                    conn: psycopg.AsyncConnection | None = None, row_factory: Any = dict_row) -> list[Any]:
         """As :meth:`SyncTransport.rows`, awaited."""
+        if self.cluster is None and conn is None:  # a pool the caller made: read the mode once
+            try:
+                async with self.connection() as c:
+                    self._set_cluster(bool((await (await c.execute(CLUSTER_QUERY)).fetchone())[0]))
+            except psycopg.Error as exc:
+                raise from_psycopg(exc) from exc
         how, sql, params, act_as = self._plan(name, params, user_id, conn)
         try:
             if how == "statement":

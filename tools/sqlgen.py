@@ -126,7 +126,9 @@ def generate(names: list[str], sql_dir: Path = src.SQL_DIR, current_dir: Path | 
             r = released[key]
             text = r.text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
             rollback.append(src.wrap(text) if r.wrapped or src.names_vector(text) else text.rstrip(";") + ";")
-            rollback.extend(a if a.endswith(";") else a + ";" for a in r.altered or [])
+            # (an ALTER FUNCTION naming @vector@, as a generated migration writes it, goes through _define too)
+            rollback.extend(src.wrap(a) if "@vector@" in a else a if a.endswith(";") else a + ";"
+                            for a in r.altered or [])
             head = src._BODY.split(r.text, 1)[0]
             sig = src.signature(r.text)
             # Migration 0007 pinned the search path of every function (but those it RESET) with ALTER FUNCTION

@@ -20,6 +20,10 @@ COMMENT ON COLUMN pgmem.role_bindings.role_name IS 'The role''s name when it was
 -- The identity of this statement: the user a bound login is bound to; otherwise, for members of
 -- pgmem_gateway (superusers included), the transaction's pgmem.user_id setting; otherwise NULL (no rows).
 -- session_user, not current_user: SET ROLE cannot change it, so a bound agent cannot shed its binding.
+-- A session of pgmem_api itself (never a login on a single server; on a Citus cluster the coordinator's
+-- connection to a worker, made as the functions' owner) acts for the pgmem.user_id the coordinator set
+-- (pgmem._require_user sets it to the user it resolved), without reading role_bindings: a policy checked row
+-- by row on a shard would otherwise run that read as a nested distributed query per row.
 CREATE FUNCTION pgmem.current_user_id() RETURNS text
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pgmem, pg_temp
@@ -27,6 +31,9 @@ AS $$
 DECLARE
     v_user text;
 BEGIN
+    IF session_user = 'pgmem_api' THEN
+        RETURN nullif(pg_catalog.current_setting('pgmem.user_id', true), '');
+    END IF;
     -- PL/pgSQL keeps the lookup's plan for the connection, and the role's OID comes from the role cache
     -- (to_regrole of the quoted name: the same role as pg_roles.rolname = session_user): 9-12 us a call
     -- against 20-37 us for the SQL function before (run once per statement by every policy; bench/FINDINGS.md S11).
@@ -44,8 +51,11 @@ $$;
 COMMENT ON FUNCTION pgmem.current_user_id() IS
     'The pgmem user (tenant) this statement acts for: the binding of a bound login role, else pgmem.user_id for gateway members, else NULL (sees no rows).';
 
+-- VOLATILE: it may SET LOCAL pgmem.user_id to the user it resolved (a bound login's user), so that on a
+-- Citus cluster the workers, which see the coordinator's connection and not the caller's login, act for the
+-- same user (citus.propagate_set_commands = 'local' sends SET LOCAL, not set_config, to them).
 CREATE FUNCTION pgmem._require_user() RETURNS text
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -56,10 +66,13 @@ BEGIN
             USING ERRCODE = 'PGM01',
                   HINT = 'A gateway runs SELECT pgmem.act_as(''<user id>'') in the transaction; an agent login is bound with pgmem.bind_role().';
     END IF;
+    IF current_setting('pgmem.user_id', true) IS DISTINCT FROM v_user THEN
+        EXECUTE pg_catalog.format('SET LOCAL pgmem.user_id = %L', v_user);
+    END IF;
     RETURN v_user;
 END
 $$;
-COMMENT ON FUNCTION pgmem._require_user() IS 'Internal: the current pgmem user, or error PGM01 when none is set.';
+COMMENT ON FUNCTION pgmem._require_user() IS 'Internal: the current pgmem user, or error PGM01 when none is set; sets pgmem.user_id to it for the rest of the transaction.';
 
 CREATE FUNCTION pgmem.act_as(p_user_id text) RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -85,7 +98,7 @@ BEGIN
             USING ERRCODE = 'PGM01',
                   HINT = 'Grant pgmem_gateway to a trusted service login, or bind an agent login with pgmem.bind_role().';
     END IF;
-    PERFORM set_config('pgmem.user_id', p_user_id, true);
+    EXECUTE pg_catalog.format('SET LOCAL pgmem.user_id = %L', p_user_id);
     RETURN p_user_id;
 END
 $$;
@@ -98,6 +111,7 @@ SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
     v_oid oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role);
+    v_now timestamptz := now();
 BEGIN
     IF v_oid IS NULL THEN
         RAISE EXCEPTION 'role "%" does not exist', p_role USING ERRCODE = 'PGM03';
@@ -108,22 +122,26 @@ BEGIN
     -- A binding left by a dropped role of the same name goes (its OID is gone).
     DELETE FROM pgmem.role_bindings b
     WHERE b.role_name = p_role AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = b.role_oid);
+    -- The time as a value (v_now): Citus refuses now() in ON CONFLICT DO UPDATE SET on a reference table.
     INSERT INTO pgmem.role_bindings (role_oid, role_name, user_id) VALUES (v_oid, p_role, p_user_id)
-    ON CONFLICT (role_oid) DO UPDATE SET role_name = EXCLUDED.role_name, user_id = EXCLUDED.user_id, created_at = now();
+    ON CONFLICT (role_oid) DO UPDATE SET role_name = EXCLUDED.role_name, user_id = EXCLUDED.user_id, created_at = v_now;
 END
 $$;
 COMMENT ON FUNCTION pgmem.bind_role(name, text) IS
     'Schema owner only: bind a login role (by its OID) to one pgmem user. The role must also be granted pgmem_agent. A role dropped and created again under the same name must be bound again.';
 
+-- PL/pgSQL, not LANGUAGE sql: Citus cannot plan a parameterised SQL function's statement on a reference
+-- table; the role's OID is looked up first.
 CREATE FUNCTION pgmem.unbind_role(p_role name) RETURNS boolean
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
-    WITH d AS (
-        DELETE FROM pgmem.role_bindings b
-        WHERE b.role_name = p_role OR b.role_oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role)
-        RETURNING 1)
-    SELECT count(*) > 0 FROM d
+DECLARE
+    v_oid oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role);
+BEGIN
+    DELETE FROM pgmem.role_bindings b WHERE b.role_name = p_role OR b.role_oid = v_oid;
+    RETURN FOUND;
+END
 $$;
 COMMENT ON FUNCTION pgmem.unbind_role(name) IS 'Schema owner only: remove a login role''s binding. Returns whether one existed.';
 

@@ -7,6 +7,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
+DECLARE
+    v_i integer;
 BEGIN
     IF coalesce(cardinality(p_kinds), 0) <> coalesce(cardinality(p_embeddings), 0) THEN
         RAISE EXCEPTION 'extra vectors: % kinds for % vectors', coalesce(cardinality(p_kinds), 0), coalesce(cardinality(p_embeddings), 0)
@@ -15,8 +17,12 @@ BEGIN
     IF cardinality(p_kinds) > 1000 THEN
         RAISE EXCEPTION 'a memory holds at most 1000 extra vectors' USING ERRCODE = 'PGM08';
     END IF;
-    INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
-    SELECT p_user, p_memory_id, e.i, e.kind, e.emb FROM unnest(p_kinds, p_embeddings) WITH ORDINALITY AS e(kind, emb, i);
+    -- One INSERT ... VALUES per vector: Citus runs an INSERT ... SELECT from unnest as COPY, which
+    -- row-level security refuses.
+    FOR v_i IN 1 .. coalesce(cardinality(p_kinds), 0) LOOP
+        INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+        VALUES (p_user, p_memory_id, v_i, p_kinds[v_i], p_embeddings[v_i]);
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION pgmem._store_vectors(text, uuid, text[], vector[]) IS 'Internal: store a memory''s extra vectors (kinds sentence, context).';
@@ -25,12 +31,17 @@ CREATE FUNCTION pgmem._expire_conflicts(p_user text, p_space pgmem.spaces, p_has
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_born_before timestamptz := now() - p_space.memory_ttl;
 BEGIN
-    PERFORM set_config('pgmem.event', 'EXPIRE', true);
+    SET LOCAL pgmem.event = 'EXPIRE';
+    -- pgmem._expiry(...) <= now() with the times computed first: Citus refuses a STABLE expression on a
+    -- column (or inside COALESCE) in a statement that writes a distributed table.
     DELETE FROM pgmem.memories m
     WHERE m.user_id = p_user AND m.space_id = p_space.space_id AND m.content_hash = ANY (p_hashes) AND m.valid_to IS NULL
-      AND pgmem._expiry(m.expires_at, m.created_at, p_space.memory_ttl) <= now();
-    PERFORM set_config('pgmem.event', '', true);
+      AND (m.expires_at <= v_now OR (m.expires_at IS NULL AND m.created_at <= v_born_before));
+    SET LOCAL pgmem.event = '';
 END
 $$;
 COMMENT ON FUNCTION pgmem._expire_conflicts(text, pgmem.spaces, bytea[]) IS
@@ -66,7 +77,7 @@ BEGIN
         RAISE EXCEPTION 'an embedding is required' USING ERRCODE = 'PGM08';
     END IF;
     PERFORM pgmem._check_expiry(p_expires_at);
-    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    EXECUTE pg_catalog.format('SET LOCAL pgmem.actor = %L', coalesce(p_agent_id, ''));
     PERFORM pgmem._expire_conflicts(v_user, v_space, ARRAY[pgmem.content_hash(p_content)]);
     LOOP
         INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at)
@@ -76,7 +87,7 @@ BEGIN
         IF id IS NOT NULL THEN
             created := true;
             PERFORM pgmem._store_vectors(v_user, id, p_vector_kinds, p_vectors);
-            PERFORM set_config('pgmem.actor', '', true);
+            SET LOCAL pgmem.actor = '';
             RETURN NEXT;
             RETURN;
         END IF;
@@ -86,7 +97,7 @@ BEGIN
           AND m.valid_to IS NULL;
         IF id IS NOT NULL THEN
             created := false;
-            PERFORM set_config('pgmem.actor', '', true);
+            SET LOCAL pgmem.actor = '';
             RETURN NEXT;
             RETURN;
         END IF;
@@ -113,6 +124,7 @@ DECLARE
     v_known uuid[];
     v_ids uuid[];
     v_flags boolean[];
+    v_vec record;
     v_out_o integer[] := '{}';
     v_out_id uuid[] := '{}';
     v_out_created boolean[] := '{}';
@@ -227,18 +239,24 @@ BEGIN
             ) y;
         END IF;
         IF p_vector_items IS NOT NULL THEN
-            INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
-            SELECT v_user, s.id, row_number() OVER (PARTITION BY e.item ORDER BY e.i), e.kind, e.emb
-            FROM unnest(p_vector_items, p_vector_kinds, p_vectors) WITH ORDINALITY AS e(item, kind, emb, i)
-            JOIN unnest(v_sel, v_ids, v_flags) AS s(o, id, created) ON s.o = e.item + 1
-            WHERE s.created;
+            -- Row by row (INSERT ... VALUES): Citus runs an INSERT ... SELECT from unnest as COPY, which
+            -- row-level security refuses.
+            FOR v_vec IN
+                SELECT s.id, row_number() OVER (PARTITION BY e.item ORDER BY e.i) AS n, e.kind, e.emb
+                FROM unnest(p_vector_items, p_vector_kinds, p_vectors) WITH ORDINALITY AS e(item, kind, emb, i)
+                JOIN unnest(v_sel, v_ids, v_flags) AS s(o, id, created) ON s.o = e.item + 1
+                WHERE s.created
+            LOOP
+                INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+                VALUES (v_user, v_vec.id, v_vec.n, v_vec.kind, v_vec.emb);
+            END LOOP;
         END IF;
         v_out_o := v_out_o || v_sel;
         v_out_id := v_out_id || v_ids;
         v_out_created := v_out_created || v_flags;
     END LOOP;
     IF p_user_ids IS NOT NULL THEN
-        PERFORM set_config('pgmem.user_id', coalesce(v_prev_user, ''), true);  -- the caller's identity again
+        EXECUTE pg_catalog.format('SET LOCAL pgmem.user_id = %L', coalesce(v_prev_user, ''));  -- the caller's identity again
     END IF;
     RETURN QUERY SELECT (r.o - 1)::integer, r.id, r.created FROM unnest(v_out_o, v_out_id, v_out_created) AS r(o, id, created) ORDER BY r.o;
 END
@@ -297,8 +315,8 @@ BEGIN
         RAISE EXCEPTION 'metadata must be a JSON object' USING ERRCODE = 'PGM08';
     END IF;
     v_changed := p_content IS NOT NULL AND p_content IS DISTINCT FROM v_row.content;
-    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
-    PERFORM set_config('pgmem.event', 'UPDATE', true);
+    EXECUTE pg_catalog.format('SET LOCAL pgmem.actor = %L', coalesce(p_agent_id, ''));
+    SET LOCAL pgmem.event = 'UPDATE';
     UPDATE pgmem.memories m SET
         content = coalesce(p_content, m.content),
         embedding = coalesce(p_embedding, m.embedding),
@@ -313,8 +331,8 @@ BEGIN
     ELSIF p_vectors IS NOT NULL THEN
         RAISE EXCEPTION 'extra vectors are replaced only together with new content' USING ERRCODE = 'PGM08';
     END IF;
-    PERFORM set_config('pgmem.actor', '', true);
-    PERFORM set_config('pgmem.event', '', true);
+    SET LOCAL pgmem.actor = '';
+    SET LOCAL pgmem.event = '';
     RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
 $$;
@@ -359,8 +377,8 @@ BEGIN
             USING ERRCODE = 'PGM05';
     END IF;
     v_first := strpos(v_row.content, p_needle);
-    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
-    PERFORM set_config('pgmem.event', 'EDIT', true);
+    EXECUTE pg_catalog.format('SET LOCAL pgmem.actor = %L', coalesce(p_agent_id, ''));
+    SET LOCAL pgmem.event = 'EDIT';
     UPDATE pgmem.memories m SET
         content = substr(m.content, 1, v_first - 1) || p_replacement || substr(m.content, v_first + char_length(p_needle)),
         embedding = p_embedding
@@ -368,8 +386,8 @@ BEGIN
     RETURNING * INTO v_row;
     DELETE FROM pgmem.memory_vectors v WHERE v.user_id = v_user AND v.memory_id = p_id;
     PERFORM pgmem._store_vectors(v_user, p_id, p_vector_kinds, p_vectors);
-    PERFORM set_config('pgmem.actor', '', true);
-    PERFORM set_config('pgmem.event', '', true);
+    SET LOCAL pgmem.actor = '';
+    SET LOCAL pgmem.event = '';
     RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
 $function$
@@ -415,7 +433,7 @@ BEGIN
     IF v_at < v_old.valid_from THEN
         RAISE EXCEPTION 'the new fact cannot hold from % , before the old one began (%)', v_at, v_old.valid_from USING ERRCODE = 'PGM08';
     END IF;
-    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    EXECUTE pg_catalog.format('SET LOCAL pgmem.actor = %L', coalesce(p_agent_id, ''));
     -- The successor first: its content differs from the old fact's, so the old one does not block it.
     PERFORM pgmem._expire_conflicts(v_user, v_space, ARRAY[pgmem.content_hash(p_content)]);
     INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, valid_from)
@@ -431,10 +449,10 @@ BEGIN
     ELSE
         PERFORM pgmem._store_vectors(v_user, v_new, p_vector_kinds, p_vectors);
     END IF;
-    PERFORM set_config('pgmem.event', 'SUPERSEDE', true);
+    SET LOCAL pgmem.event = 'SUPERSEDE';
     UPDATE pgmem.memories m SET valid_to = v_at, superseded_by = v_new WHERE m.user_id = v_user AND m.id = p_id;
-    PERFORM set_config('pgmem.event', '', true);
-    PERFORM set_config('pgmem.actor', '', true);
+    SET LOCAL pgmem.event = '';
+    SET LOCAL pgmem.actor = '';
     SELECT * INTO v_row FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = v_new;
     RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
@@ -462,11 +480,11 @@ BEGIN
     IF v_at < v_row.valid_from THEN
         RAISE EXCEPTION 'a fact cannot stop holding at %, before it began (%)', v_at, v_row.valid_from USING ERRCODE = 'PGM08';
     END IF;
-    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
-    PERFORM set_config('pgmem.event', 'INVALIDATE', true);
+    EXECUTE pg_catalog.format('SET LOCAL pgmem.actor = %L', coalesce(p_agent_id, ''));
+    SET LOCAL pgmem.event = 'INVALIDATE';
     UPDATE pgmem.memories m SET valid_to = v_at WHERE m.user_id = v_user AND m.id = p_id RETURNING * INTO v_row;
-    PERFORM set_config('pgmem.event', '', true);
-    PERFORM set_config('pgmem.actor', '', true);
+    SET LOCAL pgmem.event = '';
+    SET LOCAL pgmem.actor = '';
     RETURN NEXT (SELECT pgmem._to_memory(v_row, s.name, NULL, s.memory_ttl) FROM pgmem.spaces s WHERE s.space_id = v_row.space_id);
 END
 $function$;
@@ -481,10 +499,10 @@ DECLARE
     v_user text := pgmem._require_user();
     v_found boolean;
 BEGIN
-    PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
+    EXECUTE pg_catalog.format('SET LOCAL pgmem.actor = %L', coalesce(p_agent_id, ''));
     DELETE FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = p_id;
     v_found := FOUND;
-    PERFORM set_config('pgmem.actor', '', true);
+    SET LOCAL pgmem.actor = '';
     RETURN v_found;
 END
 $$;
@@ -508,7 +526,7 @@ BEGIN
         RAISE EXCEPTION 'refusing to delete every memory of user % without a scope', quote_literal(v_user)
             USING ERRCODE = 'PGM10', HINT = 'Name an agent, a session or a filter, or confirm deleting everything.';
     END IF;
-    PERFORM set_config('pgmem.actor', coalesce(p_actor, ''), true);
+    EXECUTE pg_catalog.format('SET LOCAL pgmem.actor = %L', coalesce(p_actor, ''));
     FOR v_space IN SELECT s.space_id FROM pgmem.spaces s WHERE p_space IS NULL OR s.name = p_space LOOP
         v_scope := pgmem._scope_sql(v_space.space_id, p_filter);
         EXECUTE 'DELETE FROM pgmem.memories m WHERE ' || v_scope.o_sql
@@ -520,7 +538,7 @@ BEGIN
     IF p_space IS NOT NULL AND NOT FOUND THEN
         PERFORM pgmem.space(p_space);
     END IF;
-    PERFORM set_config('pgmem.actor', '', true);
+    SET LOCAL pgmem.actor = '';
     RETURN v_total;
 END
 $$;

@@ -22,7 +22,11 @@ DECLARE
     v_user text := pgmem._require_user();
 BEGIN
     RETURN QUERY
-    SELECT (pgmem._to_memory(m, s.name, NULL, s.memory_ttl)).* FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
+    -- The columns of pgmem._to_memory written out: Citus cannot pass a shard's whole row to a function.
+    SELECT m.id, m.user_id, s.name, m.agent_id, m.session_id, m.content, m.metadata, m.created_at, m.updated_at,
+           nullif(pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl), 'infinity'), m.version, NULL::double precision,
+           m.valid_from, m.valid_to, m.superseded_by
+    FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
     WHERE m.user_id = v_user AND m.id = p_id AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now();
 END
 $$;
@@ -50,7 +54,10 @@ BEGIN
     ), ids AS (
         SELECT back.id, back.depth FROM back UNION SELECT fwd.id, fwd.depth FROM fwd
     )
-    SELECT (pgmem._to_memory(m, s.name, NULL, s.memory_ttl)).*
+    -- The columns of pgmem._to_memory written out: Citus cannot pass a shard's whole row to a function.
+    SELECT m.id, m.user_id, s.name, m.agent_id, m.session_id, m.content, m.metadata, m.created_at, m.updated_at,
+           nullif(pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl), 'infinity'), m.version, NULL::double precision,
+           m.valid_from, m.valid_to, m.superseded_by
     FROM ids JOIN pgmem.memories m ON m.user_id = v_user AND m.id = ids.id JOIN pgmem.spaces s ON s.space_id = m.space_id
     WHERE pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
     ORDER BY ids.depth, m.valid_from, m.id;
@@ -131,12 +138,19 @@ BEGIN
         RAISE EXCEPTION 'n must be between 1 and 100, got %', p_n USING ERRCODE = 'PGM08';
     END IF;
     RETURN QUERY
-    SELECT (t.r).* FROM (
-        SELECT pgmem._to_memory(m, v_space.name, NULL, v_space.memory_ttl) AS r, m.created_at AS c, m.seq AS q FROM pgmem.memories m
+    -- The columns of pgmem._to_memory written out: Citus cannot pass a shard's whole row to a function.
+    SELECT t.id, t.user_id, t.space, t.agent_id, t.session_id, t.content, t.metadata, t.created_at, t.updated_at,
+           t.expires_at, t.version, t.similarity, t.valid_from, t.valid_to, t.superseded_by FROM (
+        SELECT m.id, m.user_id, v_space.name, m.agent_id, m.session_id, m.content, m.metadata, m.created_at, m.updated_at,
+               nullif(pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl), 'infinity'), m.version, NULL::double precision,
+               m.valid_from, m.valid_to, m.superseded_by, m.seq
+        FROM pgmem.memories m
         WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.session_id = p_session_id
           AND pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now()
         ORDER BY m.created_at DESC, m.seq DESC LIMIT p_n
-    ) t ORDER BY t.c, t.q;
+    ) t (id, user_id, space, agent_id, session_id, content, metadata, created_at, updated_at, expires_at, version,
+         similarity, valid_from, valid_to, superseded_by, seq)
+    ORDER BY t.created_at, t.seq;
 END
 $$;
 COMMENT ON FUNCTION pgmem.session_tail(text, text, integer) IS

@@ -106,9 +106,13 @@ COMMENT ON FUNCTION pgmem.append_turn(text, text, text, text, text, vector, json
 
 CREATE FUNCTION pgmem._turns(p_user text, p_space pgmem.spaces, p_session_id text, p_pending_only boolean, p_n integer)
 RETURNS SETOF pgmem.turn
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
+BEGIN
+    -- PL/pgSQL, not LANGUAGE sql: Citus cannot plan a parameterised SQL function's statement on a
+    -- distributed table, and plans PL/pgSQL's with the parameters' values.
+    RETURN QUERY
     SELECT t.turn_id, t.session_id, t.agent_id, t.role, t.content, t.metadata, t.created_at,
            nullif(pgmem._expiry(t.expires_at, t.created_at, p_space.turn_ttl), 'infinity'), t.consolidated_at
     FROM (SELECT * FROM pgmem.turns t
@@ -116,7 +120,8 @@ AS $$
             AND pgmem._expiry(t.expires_at, t.created_at, p_space.turn_ttl) > now()
             AND (NOT p_pending_only OR t.consolidated_at IS NULL)
           ORDER BY t.turn_id DESC LIMIT p_n) t
-    ORDER BY t.turn_id
+    ORDER BY t.turn_id;
+END
 $$;
 COMMENT ON FUNCTION pgmem._turns(text, pgmem.spaces, text, boolean, integer) IS 'Internal: the last n live turns of a session (pending only: not yet consolidated), oldest first.';
 

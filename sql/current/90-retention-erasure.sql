@@ -20,21 +20,34 @@ CREATE FUNCTION pgmem.purge(p_limit integer DEFAULT 10000) RETURNS TABLE (memori
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_space pgmem.spaces;
+    v_n bigint;
 BEGIN
     PERFORM pgmem._require_maintainer('purge expired rows');
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'limit must be at least 1, got %', p_limit USING ERRCODE = 'PGM08';
     END IF;
-    PERFORM set_config('pgmem.event', 'EXPIRE', true);
-    WITH x AS (
-        SELECT m.user_id, m.id FROM pgmem.memories m JOIN pgmem.spaces s USING (space_id)
-        WHERE pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) <= now()
-        LIMIT p_limit FOR UPDATE OF m SKIP LOCKED
-    ), d AS (
-        DELETE FROM pgmem.memories m USING x WHERE m.user_id = x.user_id AND m.id = x.id RETURNING 1
-    )
-    SELECT count(*) INTO memories FROM d;
-    PERFORM set_config('pgmem.event', '', true);
+    memories := 0;
+    turns := 0;
+    -- Space by space, the cut-off times computed first, and no FOR UPDATE SKIP LOCKED across users: Citus
+    -- refuses both a row lock over many shards and a STABLE expression on a column in a statement that
+    -- writes a distributed table. A row a writer holds is waited for, not skipped; a row a concurrent purge
+    -- removed first is simply not counted here.
+    SET LOCAL pgmem.event = 'EXPIRE';
+    FOR v_space IN SELECT * FROM pgmem.spaces s ORDER BY s.space_id LOOP
+        EXIT WHEN memories >= p_limit;
+        DELETE FROM pgmem.memories m
+        WHERE (m.user_id, m.id) IN (
+            SELECT x.user_id, x.id FROM pgmem.memories x
+            WHERE x.space_id = v_space.space_id
+              AND (x.expires_at <= v_now OR (x.expires_at IS NULL AND x.created_at <= v_now - v_space.memory_ttl))
+            LIMIT p_limit - memories);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        memories := memories + v_n;
+    END LOOP;
+    SET LOCAL pgmem.event = '';
     -- An expired memory keeps only its tombstone: the content in its earlier events goes too.
     WITH d AS (
         DELETE FROM pgmem.history h USING pgmem.history t
@@ -42,14 +55,17 @@ BEGIN
         RETURNING 1
     )
     SELECT count(*) INTO history FROM d;
-    WITH x AS (
-        SELECT t.user_id, t.turn_id FROM pgmem.turns t JOIN pgmem.spaces s USING (space_id)
-        WHERE pgmem._expiry(t.expires_at, t.created_at, s.turn_ttl) <= now()
-        LIMIT p_limit FOR UPDATE OF t SKIP LOCKED
-    ), d AS (
-        DELETE FROM pgmem.turns t USING x WHERE t.user_id = x.user_id AND t.turn_id = x.turn_id RETURNING 1
-    )
-    SELECT count(*) INTO turns FROM d;
+    FOR v_space IN SELECT * FROM pgmem.spaces s ORDER BY s.space_id LOOP
+        EXIT WHEN turns >= p_limit;
+        DELETE FROM pgmem.turns t
+        WHERE (t.user_id, t.turn_id) IN (
+            SELECT x.user_id, x.turn_id FROM pgmem.turns x
+            WHERE x.space_id = v_space.space_id
+              AND (x.expires_at <= v_now OR (x.expires_at IS NULL AND x.created_at <= v_now - v_space.turn_ttl))
+            LIMIT p_limit - turns);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        turns := turns + v_n;
+    END LOOP;
     RETURN NEXT;
 END
 $$;
