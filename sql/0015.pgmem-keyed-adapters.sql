@@ -6,6 +6,10 @@
 -- add), TTL refresh as delete and add again, list_namespaces by reading every item, and a clear of a chat
 -- history as a marker turn. Only new functions, one index and one grant here: no existing function changes.
 
+-- On a Citus cluster an index on a distributed table is built on its shards in parallel, and Citus then refuses
+-- a function command in the same transaction; sequential mode keeps the migration one transaction there. On a
+-- single PostgreSQL this setting is an unused placeholder for the rest of the transaction.
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 -- Keyed memories (pgmem.put_keyed, get_keyed): the key in metadata "pgmem:key"; only rows that have one.
 CREATE INDEX memories_user_key_idx ON pgmem.memories (user_id, space_id, (metadata ->> 'pgmem:key')) WHERE metadata ? 'pgmem:key';
 -- clear_session deletes a session's turns.
