@@ -36,7 +36,7 @@ PROBE_AGENT = "pgmem-doctor"
 PROBE_TEXT = "pgmem doctor probe: is the memory store healthy?"
 PROBE_SPACE = "pgmem-doctor-probe"  # created inside the rolled-back probe when --space does not exist yet
 PROBE_SPACE_DIMS = 8
-MIN_SERVER = 14
+MIN_SERVER = 16  # migration 0007 asks pg_has_role for the SET privilege, new in PostgreSQL 16
 MIN_PGVECTOR = (0, 8)
 
 
