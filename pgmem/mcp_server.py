@@ -134,11 +134,14 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
         filter: Annotated[Optional[dict[str, Any]], Field(
             description='Optional metadata filter, e.g. {"topic": "food"} or {"priority": {"gte": 3}}.')] = None,
         min_score: Annotated[Optional[float], Field(
-            description="Optional: leave out memories whose score is below this (hybrid score, about 0 to 1.7).")] = None,
+            description="Optional: leave out memories whose score, as shown (6 decimals), is below this (hybrid score, "
+                        "0 to 1; about 0.25 and up is a match).")] = None,
     ) -> dict[str, Any]:
         """The user's memories that best answer `query`, best first (hybrid full-text + vector recall; `score`:
         higher is better)."""
-        hits = await call(lambda: memory.search(query, k=k, filter=filter, min_score=min_score))
+        # Scores are shown rounded to 6 decimals: a shown score given back as min_score keeps that memory.
+        cut = None if min_score is None else min_score - 5e-7
+        hits = await call(lambda: memory.search(query, k=k, filter=filter, min_score=cut))
         return {"memories": [_record(h, score=True) for h in hits]}
 
     async def edit(
