@@ -135,7 +135,7 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
             description='Optional metadata filter, e.g. {"topic": "food"} or {"priority": {"gte": 3}}.')] = None,
         min_score: Annotated[Optional[float], Field(
             description="Optional: leave out memories whose score, as shown (6 decimals), is below this (hybrid score, "
-                        "0 to 1; about 0.25 and up is a match).")] = None,
+                        "about 0 to 1.7, relative to the query's best candidates).")] = None,
     ) -> dict[str, Any]:
         """The user's memories that best answer `query`, best first (hybrid full-text + vector recall; `score`:
         higher is better)."""

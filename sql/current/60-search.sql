@@ -425,17 +425,14 @@ COMMENT ON FUNCTION pgmem._scope_ids(text, pgmem.spaces, text, text, timestamptz
     'Internal: the ids of the current user''s memories in a space that a search''s scope selects (agent, session, time range, metadata filter, now or as-of), at most p_cap (NULL: all), unordered.';
 
 -- The constants of the hybrid score, in one place (docs/recall.md, "step by step"): the session window's
--- weights, Okapi BM25's k1 and b, the cosine floor and the context vector's share of the meaning part, and
--- the default weights of the fusion (a NULL argument takes its default; search_hybrid passes a vector weight
--- of 0 when there is no query embedding, text mode). Chosen by cross-validation over LoCoMo conversations
--- (docs/recall.md, "Second study").
+-- weights, Okapi BM25's k1 and b, and the default weights of the fusion (a NULL argument takes its default;
+-- search_hybrid passes a vector weight of 0 when there is no query embedding, text mode).
 CREATE FUNCTION pgmem._hybrid_formula(p_text_weight double precision, p_vector_weight double precision,
                                       p_speaker_weight double precision, p_session_weight double precision,
                                       OUT next_wt numeric, OUT prev_wt numeric, OUT far_wt numeric,
                                       OUT k1 numeric, OUT b numeric,
                                       OUT text_wt double precision, OUT vector_wt double precision,
-                                      OUT speaker_wt double precision, OUT session_wt double precision,
-                                      OUT cosine_floor double precision, OUT context_wt double precision)
+                                      OUT speaker_wt double precision, OUT session_wt double precision)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -443,14 +440,11 @@ AS $$
            0.4,   -- this much for the previous one,
            0.2,   -- and this much two memories away on either side (fully for its own memory)
            1.2, 0.5,  -- Okapi BM25 k1 and b
-           coalesce(p_text_weight, 0.5), coalesce(p_vector_weight, 0.5),
-           coalesce(p_speaker_weight, 0.1), coalesce(p_session_weight, 0.6),
-           0.4,   -- cosine floor: a meaning cosine at or below it is no match (MiniLM: 0.4-0.55 for unrelated
-                  -- sentences naming the same person)
-           0.5    -- the context vector's cosine counts this much next to the memory's own (or best sentence)
+           coalesce(p_text_weight, 0.4), coalesce(p_vector_weight, 0.6),
+           coalesce(p_speaker_weight, 0.2), coalesce(p_session_weight, 0.4)
 $$;
 COMMENT ON FUNCTION pgmem._hybrid_formula(double precision, double precision, double precision, double precision) IS
-    'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5, cosine floor 0.4, context share 0.5) and its fusion weights, each NULL argument replaced by its default (text 0.5, vector 0.5, speaker 0.1, session 0.6).';
+    'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5) and its fusion weights, each NULL argument replaced by its default (text 0.4, vector 0.6, speaker 0.2, session 0.4).';
 
 -- Hybrid recall. Candidates: every memory of the scope when at most pgmem.exact_search_max_rows match, else
 -- the best full-text matches (GIN) united with the nearest vectors (HNSW); then one static statement scores
@@ -484,7 +478,6 @@ DECLARE
     v_cast text;
     v_f record;
     v_c_pos bigint[]; v_c_id uuid[]; v_c_sess text[]; v_c_dl numeric[]; v_c_speaker text[]; v_c_sim float8[]; v_c_ds float8[];
-    v_c_mc float8[];
     v_c_created timestamptz[];
     v_t_pos bigint[]; v_t_idx bigint[]; v_t_n bigint[]; v_t_lexeme text[]; v_t_tf float8[];
     v_h_id uuid[]; v_h_score float8[]; v_h_bs float8[]; v_h_ds float8[]; v_h_sim float8[];
@@ -593,15 +586,13 @@ BEGIN
                row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
                u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
                    + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl,
-               coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds,
-               coalesce((greatest(u.sim, coalesce(u.sentence, -1)) + v_f.context_wt * coalesce(u.context, u.sim))
-                        / (1 + v_f.context_wt), 0) AS mc
+               coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds
         FROM u
         WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
-    SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.mc, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
-    INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_mc, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
+    SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
+    INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
     FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
-                 array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds, array_agg(w.mc) AS mc,
+                 array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds,
                  array_agg(w.created_at) AS created_at FROM w) c,
          (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
                  array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
@@ -618,11 +609,10 @@ BEGIN
     FROM (
         WITH f AS MATERIALIZED (SELECT v_f.next_wt AS next_wt, v_f.prev_wt AS prev_wt, v_f.far_wt AS far_wt, v_f.k1 AS k1,
                                        v_f.b AS b, v_f.text_wt AS text_wt, v_f.vector_wt AS vector_wt,
-                                       v_f.speaker_wt AS speaker_wt, v_f.session_wt AS session_wt,
-                                       v_f.cosine_floor AS cosine_floor),
+                                       v_f.speaker_wt AS speaker_wt, v_f.session_wt AS session_wt),
         u AS MATERIALIZED (
-            SELECT * FROM unnest(v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_mc, v_c_created)
-                          AS u(pos, id, sess, dl, speaker, sim, ds, mc, created_at)),
+            SELECT * FROM unnest(v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created)
+                          AS u(pos, id, sess, dl, speaker, sim, ds, created_at)),
         st AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(u.dl), 1) AS avgdl FROM u),
         spread AS MATERIALIZED (  -- a term counts for its own memory and, less, for its neighbours in the session
             SELECT h.pos + o.off AS tpos, h.lexeme, h.tf * o.wt AS tf
@@ -639,31 +629,20 @@ BEGIN
             SELECT tfe.tpos, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
                                  * tfe.tf * (f.k1 + 1) / (tfe.tf + f.k1 * ((1 - f.b) + f.b * tfe.dl / st.avgdl))) AS s
             FROM tfe JOIN df USING (lexeme) CROSS JOIN st CROSS JOIN f GROUP BY tfe.tpos),
-        qi AS MATERIALIZED (  -- the idf of every query lexeme, one no candidate holds included: a memory of average
-                              -- length holding each query word once has BM25 = this sum, the words part's 1
-            SELECT coalesce(sum(ln(1 + (st.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5))), 0) AS idf
-            FROM unnest(v_lexemes) AS l(lexeme) LEFT JOIN df ON df.lexeme = l.lexeme CROSS JOIN st),
         sp AS MATERIALIZED (  -- speaker match: a lexeme of metadata.speaker is a query term; once per distinct speaker
             SELECT d.speaker, (EXISTS (SELECT 1 FROM unnest(to_tsvector(v_space.text_config, d.speaker)) AS x
                                        WHERE x.lexeme = ANY (v_lexemes)))::integer::float8 AS spk
             FROM (SELECT DISTINCT u.speaker FROM u) d),
         raw AS (
-            SELECT u.id, u.sess, u.created_at, u.sim, u.ds, u.mc, coalesce(bm.s, 0) AS bs, sp.spk
+            SELECT u.id, u.sess, u.created_at, u.sim, u.ds, coalesce(bm.s, 0) AS bs, sp.spk
             FROM u JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm ON bm.tpos = u.pos),
-        parts AS (  -- absolute parts in [0, 1]: words (BM25F / the query's idf sum) and meaning (the cosine
-                    -- above the floor, rescaled to [0, 1])
-            SELECT r.*, f.text_wt * least(1, coalesce(r.bs / nullif(qi.idf, 0), 0))
-                      + f.vector_wt * least(1, greatest(0, (r.mc - f.cosine_floor) / (1 - f.cosine_floor))) AS own
-            FROM raw r CROSS JOIN f CROSS JOIN qi),
-        fused AS (  -- the speaker counts only for a memory that matches by words or meaning itself
-            SELECT p.*, p.own + CASE WHEN p.own > 0 THEN f.speaker_wt * p.spk ELSE 0 END AS fu
-            FROM parts p CROSS JOIN f),
-        ranked AS (  -- session: + a share of min(own, best other of the session), the own when alone in it (or
-                     -- without a session): a session confirms a match, never makes one; score in [0, 1]
-            SELECT x.*, (x.fu + f.session_wt * least(x.fu, coalesce(max(x.fu) OVER (PARTITION BY x.sess ROWS BETWEEN
-                                UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING EXCLUDE CURRENT ROW), x.fu)))
-                        / greatest((f.text_wt + f.vector_wt + f.speaker_wt) * (1 + f.session_wt), 1e-9) AS score
-            FROM fused x CROSS JOIN f)
+        fused AS (
+            SELECT r.*, f.text_wt * coalesce(r.bs / nullif(max(r.bs) OVER (), 0), 0)
+                      + f.vector_wt * coalesce(greatest(r.ds, 0) / nullif(max(greatest(r.ds, 0)) OVER (), 0), 0)
+                      + f.speaker_wt * r.spk AS fu
+            FROM raw r CROSS JOIN f),
+        ranked AS (
+            SELECT x.*, x.fu + f.session_wt * max(x.fu) OVER (PARTITION BY x.sess) AS score FROM fused x CROSS JOIN f)
         SELECT * FROM ranked x
         WHERE p_min_score IS NULL OR x.score >= p_min_score
         ORDER BY x.score DESC, x.created_at DESC, x.id
@@ -682,4 +661,4 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) and vector similarity (best sentence + context), each an absolute part in [0, 1] (BM25 / the idf sum of the query''s lexemes; cosine above a floor), + speaker match (metadata.speaker named in the query) and a session bonus, both only for a memory that matches by itself; score in [0, 1], min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.5 text, 0.5 vector, 0.1 speaker, 0.6 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';

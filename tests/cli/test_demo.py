@@ -84,8 +84,5 @@ def test_demo_recalls_shares_nothing_and_is_idempotent(dsn):
     assert f"'{demo.USER}': {n_learned} memories from {len(demo.LEARNED)} agents" in out2
     for q in demo.QUESTIONS:
         assert f"{q} -> 0 memories" in out2
-    # The same memories recalled, the same best first; the order of the weaker ones (below the relevance
-    # threshold of docs/recall.md) may follow the BM25 statistics the first run's edit changed.
-    again = recall_tables(out2)
-    assert {q: (rows[0][2], sorted(c for _, _, c in rows)) for q, rows in again.items()} == \
-        {q: (rows[0][2], sorted(c for _, _, c in rows)) for q, rows in tables.items()}
+    assert {q: [c for _, _, c in rows] for q, rows in recall_tables(out2).items()} == \
+        {q: [c for _, _, c in rows] for q, rows in tables.items()}

@@ -51,7 +51,7 @@ def test_round_trip_of_every_method(dsn, admin):
             assert got.content.startswith("Alice is vegetarian") and got.metadata == {"topic": "food"}
             assert got.agent_id == "planner" and got.version == 1
 
-            hybrid = await mem.search("what is Alice allergic to?", k=2)
+            hybrid = await mem.search("what can Alice not eat?", k=2)
             assert hybrid[0].id == first.id and hybrid[0].score is not None
             vector = await mem.search(embedding=HashEmbedder(64).embed(["Alice prefers window seats"])[0], k=1)
             assert vector[0].id == ids[1] and vector[0].similarity == pytest.approx(1.0, abs=1e-5)

@@ -1,13 +1,11 @@
-"""pgmem.search_hybrid on static statements (planned once per connection, migration 0011) ranked exactly as
-the released design did, and min_score works in every mode.
+"""pgmem.search_hybrid on static statements (planned once per connection) ranks exactly as the released
+design did, and min_score works in every mode.
 
-The reference is the definition of search_hybrid the migrations released before 0011, and the design under
-test the definition of 0011 (both found in ``sql/`` by the schema-source reader, so they are the texts that
-ran, not copies), installed in the test database under other names; since the readable-scores migration
-changed the formula's defaults, both are given the released weights (0.4, 0.6, 0.2, 0.4) explicitly. Both are
-asked the same queries on a crafted data set (sessions, speakers, sentences, context vectors, a memory
-without a session, metadata filters), on the exact route and on the pooled route, in hybrid and text mode;
-ids, scores, text and vector scores must agree.
+The reference is the definition of search_hybrid the migrations released before this design (found in
+``sql/`` by the schema-source reader, so it is the text that ran, not a copy), installed in the test database
+under another name. Both are asked the same queries on a crafted data set (sessions, speakers, sentences,
+context vectors, a memory without a session, metadata filters), on the exact route and on the pooled route,
+in hybrid and text mode; ids, scores, text and vector scores must agree.
 """
 
 from __future__ import annotations
@@ -33,18 +31,16 @@ NEW_ARGS = ("text, text, vector, integer, text, text, jsonb, timestamptz, timest
             "double precision, double precision, double precision, text, timestamptz")
 
 
-def install_reference(admin: psycopg.Connection, before: str = "0011", nargs: int = 15,
-                      name: str = "search_hybrid_ref") -> None:
-    """The search_hybrid the migrations before ``before`` released (default: the design before migration
-    0011) as pgmem.<name>, owned and run like the API (pgmem_api, SECURITY DEFINER)."""
-    released = src.last_definitions([f for f in src.migration_files() if f.name < before])
-    text = released[("pgmem.search_hybrid", nargs)].text
+def install_reference(admin: psycopg.Connection) -> None:
+    """The released search_hybrid (the last definition before migration 0011) as pgmem.search_hybrid_ref,
+    owned and run like the API (pgmem_api, SECURITY DEFINER)."""
+    released = src.last_definitions([f for f in src.migration_files() if f.name < "0011"])
+    text = released[("pgmem.search_hybrid", 15)].text
     schema = admin.execute("SELECT pgmem._vector_schema()").fetchone()[0]
-    text = text.replace("FUNCTION pgmem.search_hybrid(", f"FUNCTION pgmem.{name}(", 1)
+    text = text.replace("FUNCTION pgmem.search_hybrid(", "FUNCTION pgmem.search_hybrid_ref(", 1)
     text = text.replace("@vector@", schema)
     admin.execute(text)
-    args = NEW_ARGS + (", double precision" if nargs == 16 else "")
-    sig = f"pgmem.{name}({args})"
+    sig = f"pgmem.search_hybrid_ref({NEW_ARGS})"
     admin.execute(f"ALTER FUNCTION {sig} SECURITY DEFINER")
     admin.execute("GRANT CREATE ON SCHEMA pgmem TO pgmem_api")
     admin.execute(f"ALTER FUNCTION {sig} OWNER TO pgmem_api")
@@ -107,8 +103,6 @@ def same(a, b) -> bool:
 def test_ranking_equals_the_released_design(make_memory, admin, embedder, route):
     alice = crafted(make_memory)
     install_reference(admin)
-    install_reference(admin, before="0012", nargs=16, name="search_hybrid_0011")
-    released = {"text_weight": 0.4, "vector_weight": 0.6, "speaker_weight": 0.2, "session_weight": 0.4}
     with connect(admin, "postgres") as conn:
         conn.execute("SET ROLE pgmem_gateway")
         if route == "pooled":  # 16 rows > 5: candidate pools (GIN + HNSW) instead of every row
@@ -119,14 +113,16 @@ def test_ranking_equals_the_released_design(make_memory, admin, embedder, route)
             for e in (emb, None):  # hybrid, text
                 for kw in ({}, {"k": 3}, {"agent_id": "planner"}, {"session_id": "s2"},
                            {"filter": psycopg.types.json.Jsonb({"topic": {"in": ["s1", "family"]}})}):
-                    old = rows(conn, "search_hybrid_ref", q, e, **kw, **released)
-                    new = rows(conn, "search_hybrid_0011", q, e, **kw, **released)
+                    old = rows(conn, "search_hybrid_ref", q, e, **kw)
+                    new = rows(conn, "search_hybrid", q, e, **kw)
                     assert same(old, new), (q, e is None, kw, old, new)
                     compared += len(new)
         assert compared > 300
-        # The client's default (the readable formula) still finds the turn first.
+        # The same through the client, default weights.
         hits = alice.search(QUERIES[0], k=5)
+        ref = rows(conn, "search_hybrid_ref", QUERIES[0], embedder.embed([QUERIES[0]])[0], k=5)
         if route == "exact":
+            assert [h.id for h in hits] == [r[0] for r in ref]
             assert hits[0].content.startswith("Caroline: I went to the LGBTQ support group")
 
 
@@ -137,17 +133,13 @@ def test_null_weights_are_the_formula_defaults_and_the_vector_weight_counts(make
         q = "What did Melanie paint?"
         e = embedder.embed([q])[0]
         default = rows(conn, "search_hybrid", q, e)
-        explicit = rows(conn, "search_hybrid", q, e, text_weight=0.5, vector_weight=0.5, speaker_weight=0.1,
-                        session_weight=0.6)
-        assert same(default, explicit)
-        released = rows(conn, "search_hybrid", q, e, text_weight=0.4, vector_weight=0.6, speaker_weight=0.2,
+        explicit = rows(conn, "search_hybrid", q, e, text_weight=0.4, vector_weight=0.6, speaker_weight=0.2,
                         session_weight=0.4)
-        assert not same(default, released)
-        # Words only: the score is the words part alone, min(1, BM25 / the query's idf sum), in [0, 1].
-        text_only = rows(conn, "search_hybrid", q, e, vector_weight=0.0, speaker_weight=0.0, session_weight=0.0)
-        assert all(0.0 <= r[1] <= 1.0 for r in text_only)
-        for a, b in zip(text_only, text_only[1:]):  # a higher BM25 never scores lower (the part saturates at 1)
-            assert a[1] >= b[1] and (a[2] >= b[2] or a[1] == b[1] == 1.0)
+        assert same(default, explicit)
+        vector_only = rows(conn, "search_hybrid", q, e, text_weight=0.0, speaker_weight=0.0, session_weight=0.0)
+        best_vector = max(r[3] for r in default)
+        assert vector_only[0][3] == pytest.approx(best_vector)
+        assert vector_only[0][1] == pytest.approx(0.6)  # the best vector score, normalised, times 0.6
         with pytest.raises(psycopg.Error) as info:
             rows(conn, "search_hybrid", q, e, text_weight=-1.0)
         assert info.value.sqlstate == "PGM08"

@@ -1,5 +1,5 @@
 -- pgmem keyed memories and adapter reads: put_keyed, get_keyed, set_expiry, metadata_values, clear_session
--- depends: 0014.pgmem-readable-scores
+-- depends: 0013.pgmem-known-hashes
 
 -- Why: the LangGraph store and LangChain history emulated in Python what the database should do: an upsert by
 -- (namespace, key) as a lookup, then update or add (several round trips; two concurrent first puts could both
