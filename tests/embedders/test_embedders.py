@@ -117,7 +117,7 @@ def test_http_embedder_against_a_space_refuses_before_any_write(http_server, api
     assert admin.execute("SELECT count(*) FROM pgmem.history").fetchone()[0] == 1
 
 
-def test_sentence_transformers_embedder_loads_the_wheel_offline_and_normalises(minilm, monkeypatch):
+def test_sentence_transformers_embedder_loads_the_wheel_offline_and_normalises(minilm, monkeypatch, tmp_path):
     """The optional sentence-transformers embedder (pip install 'pgmem-agents[sentence-transformers]') is only a
     wrapper: it loads the installed all-MiniLM-L6-v2 wheel's folder offline, asks for normalised float vectors and
     names the same model as the default embedder, so the two share a space. sentence-transformers needs torch,
@@ -141,12 +141,15 @@ def test_sentence_transformers_embedder_loads_the_wheel_offline_and_normalises(m
                         types.SimpleNamespace(SentenceTransformer=FakeSentenceTransformer))
     monkeypatch.setattr(SentenceTransformerEmbedder, "_models", {})
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    import pgmem.embedders as embedders_module
+
+    monkeypatch.setattr(embedders_module, "_installed_package_dir", lambda: tmp_path)  # the wheel's model folder
     st = SentenceTransformerEmbedder()
     assert (st.model_name, st.dims) == (minilm.model_name, minilm.dims) == ("sentence-transformers/all-MiniLM-L6-v2", 384)
     texts = ["Alice keeps bees", "The invoice is overdue"]
     out = st.embed(texts)
     path, device, offline = calls["load"]
-    assert (Path(path) / "config.json").is_file() and device == "cpu" and offline == "1"
+    assert Path(path) == tmp_path and device == "cpu" and offline == "1"
     assert calls["encode"]["normalize_embeddings"] is True and calls["encode"]["convert_to_numpy"] is True
     assert out.dtype == np.float32 and np.allclose(out, minilm.embed(texts))
 
