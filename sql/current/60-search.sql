@@ -565,39 +565,79 @@ BEGIN
     SELECT * INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
                                                  p_speaker_weight, p_session_weight);
 
-    -- 1. The candidates in one pass (a nested loop over their ids, by primary key), numbered by session and place
-    --    in it: each one's vector score (best of its own and its sentence vectors, plus its context vector, else
-    --    its own cosine again), its window's document length, and the query terms it holds (one row per term).
-    WITH u AS MATERIALIZED (  -- each cosine computed once
-        SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
-               CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
-               1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim,
-               xv.sentence, xv.context
-        FROM unnest(v_ids) AS c(id)
-        JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
-        LEFT JOIN LATERAL (  -- the best sentence vector, and the context vector (the first by n)
-            SELECT max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
+    -- 1. The candidates in one pass, numbered by session and place in it: each one's vector score (best of its
+    --    own and its sentence vectors, plus its context vector, else its own cosine again), its window's
+    --    document length, and the query terms it holds (one row per term). Two forms of one statement, the same
+    --    rows: on the exact route every memory of the scope is a candidate, so the memories and the extra vectors
+    --    are read by the user's rows and hash-joined to the candidates (a bitmap scan each, 1.1 ms less per
+    --    search of a 680-memory user than a primary-key lookup and an index scan per candidate: bench/FINDINGS.md
+    --    H4); from the pools (a few hundred of a large tenant's rows) a nested loop over their ids, by primary key.
+    IF NOT v_large THEN
+        PERFORM set_config('enable_nestloop', 'off', true);
+        WITH c AS MATERIALIZED (  -- each cosine computed once
+            SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
+                   CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
+                   1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
+            FROM unnest(v_ids) AS c(id)
+            JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id),
+        xv AS MATERIALIZED (  -- the best sentence vector, and the context vector (the first by n), of each candidate
+            SELECT v.memory_id, max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
                    (min(ARRAY[v.n, v.sim]) FILTER (WHERE v.kind = 'context'))[2] AS context
-            FROM (SELECT x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
-                  FROM pgmem.memory_vectors x
-                  WHERE x.user_id = v_user AND x.memory_id = m.id AND p_embedding IS NOT NULL) v) xv ON true),
-    w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
-        SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
-               row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
-               u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
-                   + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl,
-               coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds
-        FROM u
-        WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
-    SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
-    INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
-    FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
-                 array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds,
-                 array_agg(w.created_at) AS created_at FROM w) c,
-         (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
-                 array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
-          FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
-          WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+            FROM (SELECT x.memory_id, x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
+                  FROM c JOIN pgmem.memory_vectors x ON x.user_id = v_user AND x.memory_id = c.id
+                  WHERE p_embedding IS NOT NULL OFFSET 0) v  -- (OFFSET 0: a cosine for the joined rows only)
+            GROUP BY v.memory_id),
+        u AS MATERIALIZED (SELECT c.*, xv.sentence, xv.context FROM c LEFT JOIN xv ON xv.memory_id = c.id),
+        w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
+            SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
+                   row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
+                   u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
+                       + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl,
+                   coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds
+            FROM u
+            WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
+        SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
+        INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
+        FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
+                     array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds,
+                     array_agg(w.created_at) AS created_at FROM w) c,
+             (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
+                     array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
+              FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
+              WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+        PERFORM set_config('enable_nestloop', 'on', true);
+    ELSE
+        WITH u AS MATERIALIZED (  -- each cosine computed once
+            SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
+                   CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
+                   1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim,
+                   xv.sentence, xv.context
+            FROM unnest(v_ids) AS c(id)
+            JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
+            LEFT JOIN LATERAL (  -- the best sentence vector, and the context vector (the first by n)
+                SELECT max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
+                       (min(ARRAY[v.n, v.sim]) FILTER (WHERE v.kind = 'context'))[2] AS context
+                FROM (SELECT x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
+                      FROM pgmem.memory_vectors x
+                      WHERE x.user_id = v_user AND x.memory_id = m.id AND p_embedding IS NOT NULL) v) xv ON true),
+        w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
+            SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
+                   row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
+                   u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
+                       + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl,
+                   coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds
+            FROM u
+            WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
+        SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
+        INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
+        FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
+                     array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds,
+                     array_agg(w.created_at) AS created_at FROM w) c,
+             (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
+                     array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
+              FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
+              WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+    END IF;
 
     -- 2. Scores, over those rows only, with hash joins (a nested loop would rescan the per-candidate aggregates
     --    for every candidate: the generic plan, planned once per connection, cannot count them).

@@ -360,6 +360,40 @@ def test_fts_holds_the_utc_day_and_a_date_query_finds_it(make_memory, admin):
     assert {"2023", "8", "may", "dog"} <= lexemes(may8)
 
 
+
+def index_scans(conn: psycopg.Connection, index: str) -> int:
+    """Scans of one index in the current transaction of ``conn``."""
+    return conn.execute("SELECT pg_stat_get_xact_numscans(%s::regclass)", [index]).fetchone()[0]
+
+
+def test_exact_route_reads_the_candidates_and_their_vectors_in_one_scan_each(make_memory, dsn, admin):
+    """On the exact route every memory of the scope is a candidate: its memories and extra vectors are read
+    by the user's rows (one scan of each table) and hash-joined, not looked up candidate by candidate; from the
+    pools of a large tenant they are (a nested loop over a few hundred ids). The results are the same
+    (tests/search/test_hybrid_plans.py)."""
+    alice = make_memory("alice")
+    alice.add_many([{"content": f"Ann: note {i} about the red garden lantern. It glows at night.", "session_id": "s"}
+                    for i in range(40)])
+    assert admin.execute("SELECT count(DISTINCT memory_id) FROM pgmem.memory_vectors WHERE user_id = 'alice'"
+                         ).fetchone()[0] == 40
+
+    def scans(conn):
+        with conn.transaction():
+            before = (index_scans(conn, "pgmem.memory_vectors_pkey"), index_scans(conn, "pgmem.memories_pkey"))
+            hits = alice.search("red lantern at night", k=5, conn=conn)
+            assert len(hits) == 5
+            return (index_scans(conn, "pgmem.memory_vectors_pkey") - before[0],
+                    index_scans(conn, "pgmem.memories_pkey") - before[1])
+
+    with gateway_conn(dsn) as conn:
+        vectors_scans, memories_scans = scans(conn)
+        assert vectors_scans <= 1, vectors_scans  # one bitmap scan of the user's vectors, not one per candidate
+        assert memories_scans <= 5, memories_scans  # the k results read back; the candidates by one scan
+    with gateway_conn(dsn, **{"pgmem.exact_search_max_rows": 10}) as conn:  # pools: by primary key
+        vectors_scans, _ = scans(conn)
+        assert vectors_scans >= 10, vectors_scans
+
+
 # --------------------------------------------------------------------------------------------------------
 # Extra vectors: 'sentence' and 'context' in pgmem.memory_vectors
 # --------------------------------------------------------------------------------------------------------
@@ -483,3 +517,4 @@ def test_a_bound_agent_reads_only_its_own_users_vectors(make_memory, admin, logi
         assert api.execute("SELECT count(*) FROM pgmem.memory_vectors WHERE memory_id = %s", [a]).fetchone() == (0,)
         assert api.execute("DELETE FROM pgmem.memory_vectors WHERE user_id = 'alice'").rowcount == 0
     assert len(vectors(admin, a)) == 2
+
