@@ -477,7 +477,7 @@ DECLARE
     v_ids uuid[];
     v_cast text;
     v_f record;
-    v_c_pos bigint[]; v_c_id uuid[]; v_c_sess text[]; v_c_dl numeric[]; v_c_speaker text[]; v_c_sim float8[]; v_c_ds float8[];
+    v_c_pos bigint[]; v_c_id uuid[]; v_c_sess text[]; v_c_dl numeric[]; v_c_speaker text[]; v_c_sim float8[];
     v_c_created timestamptz[];
     v_t_pos bigint[]; v_t_idx bigint[]; v_t_n bigint[]; v_t_lexeme text[]; v_t_tf float8[];
     v_h_id uuid[]; v_h_score float8[]; v_h_bs float8[]; v_h_ds float8[]; v_h_sim float8[];
@@ -565,42 +565,30 @@ BEGIN
     SELECT * INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
                                                  p_speaker_weight, p_session_weight);
 
-    -- 1. The candidates in one pass, numbered by session and place in it: each one's vector score (best of its
-    --    own and its sentence vectors, plus its context vector, else its own cosine again), its window's
+    -- 1. The candidates in one pass, numbered by session and place in it: each one's own cosine, its window's
     --    document length, and the query terms it holds (one row per term). Two forms of one statement, the same
-    --    rows: on the exact route every memory of the scope is a candidate, so the memories and the extra vectors
-    --    are read by the user's rows and hash-joined to the candidates (a bitmap scan each, 1.1 ms less per
-    --    search of a 680-memory user than a primary-key lookup and an index scan per candidate: bench/FINDINGS.md
-    --    H4); from the pools (a few hundred of a large tenant's rows) a nested loop over their ids, by primary key.
+    --    rows: on the exact route every memory of the scope is a candidate, so the memories are read by the
+    --    user's rows and hash-joined to the candidates (one bitmap scan); from the pools (a few hundred of a large
+    --    tenant's rows) a nested loop over their ids, by primary key.
     IF NOT v_large THEN
         PERFORM set_config('enable_nestloop', 'off', true);
-        WITH c AS MATERIALIZED (  -- each cosine computed once
+        WITH u AS MATERIALIZED (  -- each cosine computed once
             SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
                    CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
                    1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
             FROM unnest(v_ids) AS c(id)
             JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id),
-        xv AS MATERIALIZED (  -- the best sentence vector, and the context vector (the first by n), of each candidate
-            SELECT v.memory_id, max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
-                   (min(ARRAY[v.n, v.sim]) FILTER (WHERE v.kind = 'context'))[2] AS context
-            FROM (SELECT x.memory_id, x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
-                  FROM c JOIN pgmem.memory_vectors x ON x.user_id = v_user AND x.memory_id = c.id
-                  WHERE p_embedding IS NOT NULL OFFSET 0) v  -- (OFFSET 0: a cosine for the joined rows only)
-            GROUP BY v.memory_id),
-        u AS MATERIALIZED (SELECT c.*, xv.sentence, xv.context FROM c LEFT JOIN xv ON xv.memory_id = c.id),
         w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
             SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
                    row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
                    u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
-                       + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl,
-                   coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds
+                       + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl
             FROM u
             WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
-        SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
-        INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
+        SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
+        INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
         FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
-                     array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds,
-                     array_agg(w.created_at) AS created_at FROM w) c,
+                     array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.created_at) AS created_at FROM w) c,
              (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
                      array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
               FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
@@ -610,29 +598,20 @@ BEGIN
         WITH u AS MATERIALIZED (  -- each cosine computed once
             SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
                    CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
-                   1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim,
-                   xv.sentence, xv.context
+                   1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
             FROM unnest(v_ids) AS c(id)
-            JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
-            LEFT JOIN LATERAL (  -- the best sentence vector, and the context vector (the first by n)
-                SELECT max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
-                       (min(ARRAY[v.n, v.sim]) FILTER (WHERE v.kind = 'context'))[2] AS context
-                FROM (SELECT x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
-                      FROM pgmem.memory_vectors x
-                      WHERE x.user_id = v_user AND x.memory_id = m.id AND p_embedding IS NOT NULL) v) xv ON true),
+            JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id),
         w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
             SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
                    row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
                    u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
-                       + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl,
-                   coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds
+                       + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl
             FROM u
             WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
-        SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
-        INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
+        SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
+        INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
         FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
-                     array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds,
-                     array_agg(w.created_at) AS created_at FROM w) c,
+                     array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.created_at) AS created_at FROM w) c,
              (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
                      array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
               FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
@@ -640,7 +619,10 @@ BEGIN
     END IF;
 
     -- 2. Scores, over those rows only, with hash joins (a nested loop would rescan the per-candidate aggregates
-    --    for every candidate: the generic plan, planned once per connection, cannot count them).
+    --    for every candidate: the generic plan, planned once per connection, cannot count them). The vector score
+    --    (best of the own and the sentence cosines, plus the context cosine; else the own cosine again) reads
+    --    the extra vectors of the v_pool candidates best by BM25 and the v_pool nearest by their own cosine only
+    --    (4.4 cosines and an index scan each); the others score with their own cosine (docs/recall.md).
     PERFORM set_config('enable_nestloop', 'off', true);
     SELECT array_agg(r.id ORDER BY r.score DESC, r.created_at DESC, r.id), array_agg(r.score ORDER BY r.score DESC, r.created_at DESC, r.id),
            array_agg(r.bs ORDER BY r.score DESC, r.created_at DESC, r.id), array_agg(r.ds ORDER BY r.score DESC, r.created_at DESC, r.id),
@@ -651,8 +633,8 @@ BEGIN
                                        v_f.b AS b, v_f.text_wt AS text_wt, v_f.vector_wt AS vector_wt,
                                        v_f.speaker_wt AS speaker_wt, v_f.session_wt AS session_wt),
         u AS MATERIALIZED (
-            SELECT * FROM unnest(v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created)
-                          AS u(pos, id, sess, dl, speaker, sim, ds, created_at)),
+            SELECT * FROM unnest(v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_created)
+                          AS u(pos, id, sess, dl, speaker, sim, created_at)),
         st AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(u.dl), 1) AS avgdl FROM u),
         spread AS MATERIALIZED (  -- a term counts for its own memory and, less, for its neighbours in the session
             SELECT h.pos + o.off AS tpos, h.lexeme, h.tf * o.wt AS tf
@@ -669,13 +651,28 @@ BEGIN
             SELECT tfe.tpos, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
                                  * tfe.tf * (f.k1 + 1) / (tfe.tf + f.k1 * ((1 - f.b) + f.b * tfe.dl / st.avgdl))) AS s
             FROM tfe JOIN df USING (lexeme) CROSS JOIN st CROSS JOIN f GROUP BY tfe.tpos),
+        near AS MATERIALIZED (  -- the candidates whose extra vectors are read
+            SELECT r.pos, r.id FROM (
+                SELECT u.pos, u.id, bm.s, row_number() OVER (ORDER BY u.sim DESC, u.id) AS by_sim,
+                       row_number() OVER (ORDER BY bm.s DESC NULLS LAST, u.id) AS by_text
+                FROM u LEFT JOIN bm ON bm.tpos = u.pos WHERE p_embedding IS NOT NULL) r
+            WHERE r.by_sim <= v_pool OR (r.s > 0 AND r.by_text <= v_pool)),
+        xv AS MATERIALIZED (  -- their best sentence vector, and their context vector (the first by n)
+            SELECT c.pos, e.sentence, e.context
+            FROM near c CROSS JOIN LATERAL (
+                SELECT max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
+                       (min(ARRAY[v.n, v.sim]) FILTER (WHERE v.kind = 'context'))[2] AS context
+                FROM (SELECT x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
+                      FROM pgmem.memory_vectors x WHERE x.user_id = v_user AND x.memory_id = c.id) v) e),
         sp AS MATERIALIZED (  -- speaker match: a lexeme of metadata.speaker is a query term; once per distinct speaker
             SELECT d.speaker, (EXISTS (SELECT 1 FROM unnest(to_tsvector(v_space.text_config, d.speaker)) AS x
                                        WHERE x.lexeme = ANY (v_lexemes)))::integer::float8 AS spk
             FROM (SELECT DISTINCT u.speaker FROM u) d),
         raw AS (
-            SELECT u.id, u.sess, u.created_at, u.sim, u.ds, coalesce(bm.s, 0) AS bs, sp.spk
-            FROM u JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm ON bm.tpos = u.pos),
+            SELECT u.id, u.sess, u.created_at, u.sim,
+                   coalesce(greatest(u.sim, coalesce(xv.sentence, -1)) + coalesce(xv.context, u.sim), 0) AS ds,
+                   coalesce(bm.s, 0) AS bs, sp.spk
+            FROM u JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm ON bm.tpos = u.pos LEFT JOIN xv ON xv.pos = u.pos),
         fused AS (
             SELECT r.*, f.text_wt * coalesce(r.bs / nullif(max(r.bs) OVER (), 0), 0)
                       + f.vector_wt * coalesce(greatest(r.ds, 0) / nullif(max(greatest(r.ds, 0)) OVER (), 0), 0)

@@ -361,37 +361,32 @@ def test_fts_holds_the_utc_day_and_a_date_query_finds_it(make_memory, admin):
 
 
 
-def index_scans(conn: psycopg.Connection, index: str) -> int:
-    """Scans of one index in the current transaction of ``conn``."""
-    return conn.execute("SELECT pg_stat_get_xact_numscans(%s::regclass)", [index]).fetchone()[0]
+def test_extra_vectors_are_read_for_the_best_candidates_only(make_memory, admin, embedder):
+    """The sentence and context vectors of a memory count for its vector score when it is among the max(100, 4k)
+    candidates nearest to the query by its own embedding or among the max(100, 4k) best by BM25; beyond both
+    it scores with its own cosine (best sentence and context replaced by it), and its extra vectors are not
+    read."""
+    alice = make_memory("alice", contextual=False)
+    q = embed(embedder, "zebra stripes")
+    half = np.asarray(q) + embed(embedder, "unrelated")  # the others: nearer than the far one, matching the text
+    alice.add_many([{"content": f"zebra note number {i}", "embedding": half, "session_id": "s"} for i in range(120)])
+    far = alice.add("an unrelated line", embedding=-q).id  # the farthest by its own embedding, no query term
+    register_vector(admin)
+    for n, kind in ((1, "sentence"), (2, "context")):  # its extra vectors are the query itself
+        admin.execute("INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)"
+                      " VALUES ('alice', %s, %s, %s, %s)", [far, n, kind, q])
 
+    def top(k):
+        with gateway_conn(dsn_for(admin.info.dbname)) as conn, conn.transaction():
+            conn.execute("SELECT pgmem.act_as('alice')")
+            return conn.execute(  # vector score only, nearly: its extra vectors would put it first
+                "SELECT id, vector_score FROM pgmem.search_hybrid(p_space => 't64', p_query => 'zebra stripes',"
+                " p_embedding => %s, p_k => %s, p_text_weight => 0.001, p_session_weight => 0)", [q, k]).fetchall()
 
-def test_exact_route_reads_the_candidates_and_their_vectors_in_one_scan_each(make_memory, dsn, admin):
-    """On the exact route every memory of the scope is a candidate: its memories and extra vectors are read
-    by the user's rows (one scan of each table) and hash-joined, not looked up candidate by candidate; from the
-    pools of a large tenant they are (a nested loop over a few hundred ids). The results are the same
-    (tests/search/test_hybrid_plans.py)."""
-    alice = make_memory("alice")
-    alice.add_many([{"content": f"Ann: note {i} about the red garden lantern. It glows at night.", "session_id": "s"}
-                    for i in range(40)])
-    assert admin.execute("SELECT count(DISTINCT memory_id) FROM pgmem.memory_vectors WHERE user_id = 'alice'"
-                         ).fetchone()[0] == 40
-
-    def scans(conn):
-        with conn.transaction():
-            before = (index_scans(conn, "pgmem.memory_vectors_pkey"), index_scans(conn, "pgmem.memories_pkey"))
-            hits = alice.search("red lantern at night", k=5, conn=conn)
-            assert len(hits) == 5
-            return (index_scans(conn, "pgmem.memory_vectors_pkey") - before[0],
-                    index_scans(conn, "pgmem.memories_pkey") - before[1])
-
-    with gateway_conn(dsn) as conn:
-        vectors_scans, memories_scans = scans(conn)
-        assert vectors_scans <= 1, vectors_scans  # one bitmap scan of the user's vectors, not one per candidate
-        assert memories_scans <= 5, memories_scans  # the k results read back; the candidates by one scan
-    with gateway_conn(dsn, **{"pgmem.exact_search_max_rows": 10}) as conn:  # pools: by primary key
-        vectors_scans, _ = scans(conn)
-        assert vectors_scans >= 10, vectors_scans
+    assert far not in {i for i, _ in top(10)}  # 121st by own cosine and by BM25 (0): beyond both 100
+    assert far not in {i for i, _ in top(30)}  # pools of 120
+    first = top(40)[0]  # pools of 160: its best sentence (1) and its context (1) count
+    assert first[0] == far and first[1] == pytest.approx(2.0, abs=1e-5)
 
 
 # --------------------------------------------------------------------------------------------------------
