@@ -447,11 +447,12 @@ COMMENT ON FUNCTION pgmem._hybrid_formula(double precision, double precision, do
     'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5) and its fusion weights, each NULL argument replaced by its default (text 0.4, vector 0.6, speaker 0.2, session 0.4).';
 
 -- Hybrid recall. Candidates: every memory of the scope when at most pgmem.exact_search_max_rows match, else
--- the best full-text matches (GIN) united with the nearest vectors (HNSW); then one static statement scores
--- them in three static statements (planned once per connection, generic plans): (1) one pass over the candidates
--- by primary key with their session window and vector score (best sentence, context vector); (2) BM25F, the
--- speaker match (once per distinct speaker), the fusion and the session boost over those rows, with hash joins;
--- (3) the k best read back. Every constant of the score is in pgmem._hybrid_formula (docs/recall.md).
+-- the best full-text matches united with the nearest vectors (HNSW); then three static statements score them
+-- (planned once per connection, generic plans): (1) one pass over the candidates (the user's rows hash-joined on
+-- the exact route, by primary key from the pools) with their session window and own cosine; (2) BM25F, the
+-- extra vectors (best sentence, context) of the candidates best by BM25 or nearest by own cosine, the speaker
+-- match (once per distinct speaker), the fusion and the session boost over those rows, with hash joins; (3) the
+-- k best read back. Every constant of the score is in pgmem._hybrid_formula (docs/recall.md).
 CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT NULL::double precision, p_vector_weight double precision DEFAULT NULL::double precision, p_speaker_weight double precision DEFAULT NULL::double precision, p_session_weight double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, p_min_score double precision DEFAULT NULL::double precision)
  RETURNS SETOF pgmem.hybrid_hit
  LANGUAGE plpgsql
@@ -532,7 +533,9 @@ BEGIN
         END IF;
     END IF;
     IF v_large THEN
-        -- Many rows: candidate pools, the best full-text matches (GIN) and the nearest vectors (HNSW).
+        -- Many rows: candidate pools, the best full-text matches and the nearest vectors (HNSW). (The full-text
+        -- pool reads the tenant's rows by (user_id, space_id): under row-level security the GIN index of fts is
+        -- never used, as @@ is not leakproof; bench/FINDINGS.md H4.)
         IF v_scope IS NULL THEN
             v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
         END IF;
@@ -698,4 +701,4 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW). Method: docs/recall.md.';
