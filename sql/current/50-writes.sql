@@ -627,6 +627,17 @@ DECLARE
     v_embedding @vector@.vector;
     v_session text;
 BEGIN
+    -- Items are read as p_x[1..n]: an array of more dimensions or another lower bound (possible from SQL) would
+    -- read as NULLs, turning a write into a delete of the key or a memory without one.
+    IF true = ANY (ARRAY[
+            array_ndims(p_keys) > 1 OR array_lower(p_keys, 1) <> 1, array_ndims(p_contents) > 1 OR array_lower(p_contents, 1) <> 1,
+            array_ndims(p_embeddings) > 1 OR array_lower(p_embeddings, 1) <> 1, array_ndims(p_metadata) > 1 OR array_lower(p_metadata, 1) <> 1,
+            array_ndims(p_session_ids) > 1 OR array_lower(p_session_ids, 1) <> 1, array_ndims(p_expires_at) > 1 OR array_lower(p_expires_at, 1) <> 1,
+            array_ndims(p_ttls) > 1 OR array_lower(p_ttls, 1) <> 1, array_ndims(p_alt_contents) > 1 OR array_lower(p_alt_contents, 1) <> 1,
+            array_ndims(p_vector_items) > 1 OR array_lower(p_vector_items, 1) <> 1, array_ndims(p_vector_kinds) > 1 OR array_lower(p_vector_kinds, 1) <> 1,
+            array_ndims(p_vectors) > 1 OR array_lower(p_vectors, 1) <> 1]) THEN
+        RAISE EXCEPTION 'batch arrays must be one-dimensional and start at index 1' USING ERRCODE = 'PGM08';
+    END IF;
     IF coalesce(cardinality(p_contents), 0) <> v_n OR coalesce(cardinality(p_embeddings), 0) <> v_n
        OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> v_n)
        OR (p_session_ids IS NOT NULL AND cardinality(p_session_ids) <> v_n)
@@ -663,12 +674,31 @@ BEGIN
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'item %: a ttl is positive, and an item has a ttl or an expires_at, not both', v_bad - 1 USING ERRCODE = 'PGM08';
     END IF;
+    IF p_ttls IS NOT NULL THEN
+        BEGIN  -- now() + ttl past PostgreSQL's last timestamp fails with a raw "timestamp out of range"
+            PERFORM max(now() + t.ttl) FROM unnest(p_ttls) AS t(ttl);
+        EXCEPTION WHEN datetime_field_overflow THEN
+            RAISE EXCEPTION 'a ttl must end within 294276 AD, the last year a PostgreSQL timestamp holds (''infinity'': never)'
+                USING ERRCODE = 'PGM08';
+        END;
+    END IF;
     IF coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vector_kinds), 0)
        OR coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vectors), 0) THEN
         RAISE EXCEPTION 'extra vectors: items, kinds and vectors must have the same length' USING ERRCODE = 'PGM08';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(p_vector_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= v_n) THEN
         RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
+    END IF;
+    -- As pgmem.add (pgmem._store_vectors): at most 1000 a memory, of kinds sentence or context, none NULL.
+    SELECT min(e.item) INTO v_bad FROM unnest(p_vector_items) AS e(item) GROUP BY e.item HAVING count(*) > 1000;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'item %: a memory holds at most 1000 extra vectors', v_bad USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_vector_kinds) AS e(kind) WHERE e.kind IS NULL OR e.kind NOT IN ('sentence', 'context')) THEN
+        RAISE EXCEPTION 'extra vectors: a kind is sentence or context' USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_vectors) AS e(v) WHERE e.v IS NULL) THEN
+        RAISE EXCEPTION 'extra vectors: an extra vector is NULL' USING ERRCODE = 'PGM08';
     END IF;
 
     -- The tenant's lock row (pgmem.key_locks), made on first use, held until the caller's transaction ends.
@@ -774,7 +804,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION pgmem.put_keyed(text, text[], text[], vector[], jsonb[], text[], timestamptz[], interval[], text[], text, text, integer[], text[], vector[]) IS
-    'Upsert up to 10000 memories of the current user by key (metadata "pgmem:key"), in order, all or nothing: a key''s live memory is updated in place (content, embedding, metadata replaced, session, own expiry (p_expires_at, or now() + p_ttls: from the write itself); id, created_at and history stay), else one is added; a NULL content deletes the key. Two concurrent calls of one user in one space wait for each other (one memory per key) on that tenant''s row of pgmem.key_locks, which no other login can lock. When another memory holds the content, p_alt_contents[i] is stored instead (unique_violation on memories_content_key when it is NULL or held too). Expired and extra memories of the key are removed. Extra vectors (p_vector_items from 0) replace the old ones when the content changes. Returns (ordinal from 0, id or NULL for a delete, created).';
+    'Upsert up to 10000 memories of the current user by key (metadata "pgmem:key"), in order, all or nothing: a key''s live memory is updated in place (content, embedding, metadata replaced, session, own expiry (p_expires_at, or now() + p_ttls: from the write itself); id, created_at and history stay), else one is added; a NULL content deletes the key. Two concurrent calls of one user in one space wait for each other (one memory per key) on that tenant''s row of pgmem.key_locks, which no other login can lock. When another memory holds the content, p_alt_contents[i] is stored instead (unique_violation on memories_content_key when it is NULL or held too). Expired and extra memories of the key are removed. Extra vectors (p_vector_items from 0) replace the old ones when the content changes. Returns (ordinal from 0, id or NULL for a delete, created). Arrays are one-dimensional from index 1; at most 1000 extra vectors a memory; a ttl ends by 294276 AD.';
 
 -- Moves the own expiry of live memories: now() + ttl (NULL: the space's memory_ttl after created_at again).
 CREATE FUNCTION pgmem.set_expiry(p_ids uuid[], p_ttls interval[], p_agent_id text DEFAULT NULL)
@@ -802,6 +832,12 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_ttls) AS t(ttl) WHERE t.ttl <= interval '0') THEN
         RAISE EXCEPTION 'a ttl must be positive' USING ERRCODE = 'PGM08';
     END IF;
+    BEGIN  -- now() + ttl past PostgreSQL's last timestamp fails with a raw "timestamp out of range"
+        PERFORM max(v_now + t.ttl) FROM unnest(p_ttls) AS t(ttl);
+    EXCEPTION WHEN datetime_field_overflow THEN
+        RAISE EXCEPTION 'a ttl must end within 294276 AD, the last year a PostgreSQL timestamp holds (''infinity'': never)'
+            USING ERRCODE = 'PGM08';
+    END;
     PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
     PERFORM set_config('pgmem.event', 'UPDATE', true);
     -- One memory at a time, in id order (so two calls on the same memories never deadlock), the last ttl of an
@@ -828,4 +864,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION pgmem.set_expiry(uuid[], interval[], text) IS
-    'Set the own expiry of memories of the current user that are live and hold to now() + ttl (NULL ttl: none of its own, the space''s memory_ttl applies), e.g. a time-to-live refreshed on read. Others (missing, expired, superseded, another user''s) are skipped. An UPDATE in their history. Returns (id, effective expires_at) of those changed.';
+    'Set the own expiry of memories of the current user that are live and hold to now() + ttl (NULL ttl: none of its own, the space''s memory_ttl applies), e.g. a time-to-live refreshed on read. Others (missing, expired, superseded, another user''s) are skipped. An UPDATE in their history. Returns (id, effective expires_at) of those changed. Error PGM08 for a ttl that is not positive or ends after 294276 AD.';

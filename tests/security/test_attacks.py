@@ -423,3 +423,201 @@ def test_an_expiry_records_no_actor_a_caller_set(bench):
         conn.execute("SET pgmem.actor = 'FORGED-ACTOR'")
         conn.execute("SELECT * FROM pgmem.add_batch('t3', ARRAY['exp me'], ARRAY[%s]::vector[])", [vec(1, 0, 0.5)])
         assert conn.execute("SELECT event, actor_agent_id FROM pgmem.history(%s)", [old]).fetchall()[-1] == ("EXPIRE", None)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Found by a review of 0016 and 0017 as an attacker with psql (fixed in 0018)
+# --------------------------------------------------------------------------------------------------------
+PUT = "SELECT * FROM pgmem.put_keyed('t3', {keys}, {contents}, {embeddings}{extra})"
+
+
+def put_sql(keys="ARRAY['k']", contents="ARRAY['keyed']", embeddings="ARRAY['[1,2,3]']::vector[]", extra=""):
+    return PUT.format(keys=keys, contents=contents, embeddings=embeddings, extra=extra)
+
+
+def alice_rows(bench) -> list:
+    return bench.admin.execute("SELECT id, content, metadata, version, expires_at FROM pgmem.memories"
+                               " WHERE user_id = 'alice' ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("keys, contents", [
+    ("ARRAY['k']", "'[0:0]={other}'::text[]"),            # contents[1] is NULL: read as "delete the key"
+    ("ARRAY['k', 'k2']", "ARRAY[['other', 'more']]"),      # a 2-D array: contents[i] is NULL for every i
+    ("'[0:1]={k,k2}'::text[]", "ARRAY['other', 'more']"),  # keys[2] is NULL: a memory without a key
+    ("ARRAY[['k'], ['k2']]", "ARRAY['other', 'more']"),
+])
+def test_a_keyed_put_refuses_arrays_it_would_misread(bench, keys, contents):
+    """put_keyed indexed its arrays from 1 along one dimension: an array of another shape or lower bound (from
+    SQL) read as NULL elements, so a write silently deleted the key or stored a memory without one."""
+    agent = bench.login("bound")
+    with bench.connect(agent) as conn:
+        conn.execute(put_sql())
+        before = alice_rows(bench)
+        err = error_of(conn, put_sql(keys=keys, contents=contents,
+                                     embeddings="ARRAY['[1,2,4]', '[1,2,5]']::vector[]" if "k2" in keys else
+                                     "ARRAY['[1,2,4]']::vector[]"))
+        assert err is not None and err.sqlstate == "PGM08" and "one-dimensional" in str(err), err
+        assert alice_rows(bench) == before
+        assert conn.execute("SELECT content FROM pgmem.get_keyed('t3', ARRAY['k'])").fetchall() == [("keyed",)]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (", p_vector_items => array_fill(0, ARRAY[1001]), p_vector_kinds => array_fill('sentence'::text, ARRAY[1001]),"
+     " p_vectors => array_fill('[1,1,1]'::vector, ARRAY[1001])", "at most 1000 extra vectors"),
+    (", p_vector_items => array_fill(0, ARRAY[40000]), p_vector_kinds => array_fill('sentence'::text, ARRAY[40000]),"
+     " p_vectors => array_fill('[1,1,1]'::vector, ARRAY[40000])", "at most 1000 extra vectors"),
+    (", p_vector_items => ARRAY[0], p_vector_kinds => ARRAY[NULL::text], p_vectors => ARRAY['[1,1,1]']::vector[]",
+     "sentence or context"),
+    (", p_vector_items => ARRAY[0], p_vector_kinds => ARRAY['summary'], p_vectors => ARRAY['[1,1,1]']::vector[]",
+     "sentence or context"),
+    (", p_vector_items => ARRAY[0], p_vector_kinds => ARRAY['sentence'], p_vectors => ARRAY[NULL]::vector[]",
+     "extra vector is NULL"),
+])
+def test_a_keyed_put_bounds_and_checks_its_extra_vectors(bench, extra, message):
+    """put_keyed had no cap on a memory's extra vectors (add's is 1000): 40,000 for one item failed with a raw
+    'smallint out of range' after writing them one by one; a NULL kind or vector hit a NOT NULL constraint."""
+    agent = bench.login("bound")
+    with bench.connect(agent) as conn:
+        before = alice_rows(bench)
+        err = error_of(conn, put_sql(extra=extra))
+        assert err is not None and err.sqlstate == "PGM08" and message in str(err), err
+        assert alice_rows(bench) == before
+
+
+def test_a_ttl_past_the_last_timestamp_is_a_clear_error(bench):
+    """now() + ttl beyond PostgreSQL's last timestamp (294276 AD) failed with a raw 'timestamp out of range'
+    (a Python timedelta.max is 999,999,999 days); an infinite ttl stays 'never expires'."""
+    agent = bench.login("bound")
+    with bench.connect(agent) as conn:
+        mid = conn.execute(put_sql()).fetchone()[1]
+        before = alice_rows(bench)
+        for sql in [put_sql(extra=", p_ttls => ARRAY[interval '999999999 days']"),
+                    put_sql(extra=", p_ttls => ARRAY[interval '294276 years']"),
+                    f"SELECT * FROM pgmem.set_expiry(ARRAY['{mid}']::uuid[], ARRAY[interval '999999999 days'])"]:
+            err = error_of(conn, sql)
+            assert err is not None and err.sqlstate == "PGM08" and "294276" in str(err), (sql, err)
+        assert alice_rows(bench) == before
+        assert conn.execute(put_sql(extra=", p_ttls => ARRAY['infinity'::interval]")).fetchone()[1] == mid
+        assert conn.execute("SELECT expires_at FROM pgmem.get_keyed('t3', ARRAY['k'])").fetchone() == (None,)
+
+
+def test_hybrid_search_bounds_its_query_text(bench):
+    """search_hybrid took any query: 25,000 distinct words (0.8 MB) cost 9 s of CPU on a 3,000-memory tenant
+    (each term is matched against every candidate), and a longer text failed with a raw 'string is too long for
+    tsvector'. A query is now at most 100,000 characters and 256 distinct terms, as context()'s query too."""
+    agent = bench.login("bound")
+    words = lambda n: " ".join(f"w{i}x" for i in range(n))  # noqa: E731
+    with bench.connect(agent) as conn:
+        for sql, params in [("SELECT * FROM pgmem.search_hybrid('t3', %s, %s, 5)", [words(257), vec(1, 0, 0)]),
+                            ("SELECT * FROM pgmem.search_hybrid('t3', %s, NULL, 5)", [words(257)]),
+                            ("SELECT * FROM pgmem.context('t3', 's', %s, %s)", [words(257), vec(1, 0, 0)])]:
+            err = error_of(conn, sql, params)
+            assert err is not None and err.sqlstate == "PGM08" and "256 distinct terms" in str(err), (sql, err)
+        err = error_of(conn, "SELECT * FROM pgmem.search_hybrid('t3', %s, %s, 5)", ["a " * 50001, vec(1, 0, 0)])
+        assert err is not None and err.sqlstate == "PGM08" and "100000" in str(err), err
+        # the limits themselves are allowed; stop words and repeats do not count
+        assert error_of(conn, "SELECT * FROM pgmem.search_hybrid('t3', %s, %s, 5)",
+                        [words(256) + " the and of " + words(256), vec(1, 0, 0)]) is None
+
+
+def test_metadata_values_bounds_its_patterns(bench):
+    """metadata_values matched every value against every pattern: 20,000 prefixes of '*' labels (0.3 MB) cost
+    48 s of CPU on a tenant with 2,000 namespaces. Prefixes and suffixes are now at most 16 patterns in all."""
+    agent = bench.login("bound")
+    with bench.connect(agent) as conn:
+        conn.execute("SELECT * FROM pgmem.add('t3', 'ns item', %s, p_metadata => '{\"ns\": [\"a\", \"b\"]}')",
+                     [vec(2, 1, 1)])
+        many = json.dumps([["*"]] * 9)
+        err = error_of(conn, "SELECT * FROM pgmem.metadata_values('t3', 'ns', %s::jsonb, %s::jsonb)", [many, many])
+        assert err is not None and err.sqlstate == "PGM08" and "16 patterns" in str(err), err
+        err = error_of(conn, "SELECT * FROM pgmem.metadata_values('t3', 'ns', %s::jsonb)", [json.dumps([["*"]] * 20000)])
+        assert err is not None and err.sqlstate == "PGM08" and "16 patterns" in str(err), err
+        ok = json.dumps([["*"]] * 8)
+        assert conn.execute("SELECT value FROM pgmem.metadata_values('t3', 'ns', %s::jsonb, %s::jsonb)",
+                            [ok, ok]).fetchall() == [(["a", "b"],)]
+
+
+@pytest.mark.parametrize("sql, sqlstate, message", [
+    (put_sql(keys="ARRAY[repeat('k', 1025)]"), "PGM08", "at most 1024 characters"),
+    (put_sql(keys="ARRAY[NULL::text]"), "PGM08", "non-empty text"),
+    (put_sql(keys="ARRAY['']"), "PGM08", "non-empty text"),
+    (put_sql(keys="array_fill('k'::text, ARRAY[10001])", contents="array_fill('c'::text, ARRAY[10001])",
+             embeddings="array_fill('[1,2,3]'::vector, ARRAY[10001])"), "PGM08", "at most 10000"),
+    (put_sql(contents="ARRAY['a', 'b']"), "PGM08", "must all have 1 items"),
+    (put_sql(embeddings="ARRAY[NULL]::vector[]"), "PGM08", "an embedding is required"),
+    (put_sql(extra=", p_expires_at => ARRAY[now() - interval '1 second']"), "PGM08", "not in the future"),
+    (put_sql(extra=", p_expires_at => ARRAY[now() + interval '1 hour'], p_ttls => ARRAY[interval '1 hour']"),
+     "PGM08", "not both"),
+    (put_sql(extra=", p_ttls => ARRAY[interval '-1 hour']"), "PGM08", "positive"),
+    (put_sql(extra=", p_metadata => ARRAY['[1]'::jsonb]"), "PGM08", "JSON object"),
+    (put_sql(extra=", p_metadata => ARRAY[jsonb_build_object('x', repeat('a', 70000))]"), "PGM08", "65536"),
+    (put_sql(contents="ARRAY[repeat('a', 100001)]", embeddings="ARRAY['[3,2,1]']::vector[]"), "PGM08", "100000"),
+    (put_sql(embeddings="ARRAY['[1,2]']::vector[]"), "PGM02", "expected 3 dimensions"),
+    # the second item fails after the first was written: nothing of the call stays
+    (put_sql(keys="ARRAY['new1', 'new2']", contents="ARRAY['first', 'second']",
+             embeddings="ARRAY['[1,1,2]', '[0,0,0]']::vector[]"), "PGM08", "zero vector"),
+])
+def test_a_keyed_put_refuses_bad_input_and_writes_nothing(bench, sql, sqlstate, message):
+    agent = bench.login("bound")
+    with bench.connect(agent) as conn:
+        conn.execute(put_sql())
+        before = alice_rows(bench)
+        err = error_of(conn, sql)
+        assert err is not None and err.sqlstate == sqlstate and message in str(err), err
+        assert alice_rows(bench) == before
+
+
+def test_a_keyed_put_of_one_key_twice_keeps_one_memory(bench):
+    """Duplicate keys in one call are applied in order: one memory, the last content."""
+    with bench.connect(bench.login("bound")) as conn:
+        rows = conn.execute(put_sql(keys="ARRAY['d', 'd']", contents="ARRAY['d1', 'd2']",
+                                    embeddings="ARRAY['[1,2,3]', '[1,2,7]']::vector[]")).fetchall()
+        assert rows[0][1] == rows[1][1] and [r[2] for r in rows] == [True, False]
+        assert conn.execute("SELECT content FROM pgmem.get_keyed('t3', ARRAY['d'])").fetchall() == [("d2",)]
+
+
+def test_keyed_and_lifecycle_calls_never_reach_another_tenant(bench):
+    """alice's bound login names bob's key, ids, session and metadata key: get_keyed finds nothing, put_keyed
+    writes alice's own memory, set_expiry and clear_session skip bob's rows, metadata_values lists alice's."""
+    gw, agent = bench.login("gateway"), bench.login("bound")
+    with bench.connect(gw) as conn, conn.transaction():
+        conn.execute("SELECT pgmem.act_as('bob')")
+        conn.execute(put_sql(keys="ARRAY['bob-key']", contents="ARRAY['bob keyed']", extra=", p_metadata =>"
+                             " ARRAY['{\"ns\": [\"bob\", \"private\"]}'::jsonb]"))
+        conn.execute("SELECT * FROM pgmem.append_turn('t3', 'bob-session', 'user', 'bob turn')")
+    bob_before = bench.admin.execute("SELECT id, content, metadata, version, expires_at FROM pgmem.memories"
+                                     " WHERE user_id = 'bob' ORDER BY id").fetchall()
+    bob_ids = [r[0] for r in bob_before]
+    with bench.connect(agent) as conn:
+        assert conn.execute("SELECT * FROM pgmem.get_keyed('t3', ARRAY['bob-key'])").fetchall() == []
+        assert conn.execute("SELECT * FROM pgmem.set_expiry(%s, %s)",
+                            [bob_ids, ["1 second"] * len(bob_ids)]).fetchall() == []
+        assert conn.execute("SELECT pgmem.clear_session('t3', 'bob-session')").fetchone() == (0,)
+        assert conn.execute("SELECT * FROM pgmem.metadata_values('t3', 'ns')").fetchall() == []
+        row = conn.execute(put_sql(keys="ARRAY['bob-key']", contents="ARRAY['alice keyed']")).fetchone()
+        assert row[1] not in bob_ids and row[2] is True
+        conn.execute(put_sql(keys="ARRAY['bob-key']", contents="ARRAY[NULL::text]"))  # deletes alice's key only
+    assert bench.admin.execute("SELECT id, content, metadata, version, expires_at FROM pgmem.memories"
+                               " WHERE user_id = 'bob' ORDER BY id").fetchall() == bob_before
+    assert bench.admin.execute("SELECT count(*) FROM pgmem.turns WHERE user_id = 'bob'").fetchone() == (1,)
+    assert bench.admin.execute("SELECT user_id FROM pgmem.key_locks ORDER BY 1").fetchall() == [("alice",), ("bob",)]
+
+
+@pytest.mark.parametrize("kind", ["bound", "agent", "gateway", "nothing"])
+def test_key_locks_is_reachable_only_through_put_keyed(bench, kind):
+    """No login reads, writes or locks pgmem.key_locks (so none can hold another tenant's lock row), and the
+    keyed functions run as pgmem_api with the pinned search_path."""
+    role = bench.login(kind)
+    with bench.connect(role) as conn:
+        for sql in ["SELECT * FROM pgmem.key_locks", "SELECT * FROM pgmem.key_locks FOR UPDATE",
+                    "INSERT INTO pgmem.key_locks VALUES ('bob', 1)", "LOCK TABLE pgmem.key_locks",
+                    "DELETE FROM pgmem.key_locks", "TRUNCATE pgmem.key_locks"]:
+            err = error_of(conn, sql, act_as="bob" if kind == "gateway" else None)
+            assert err is not None and err.sqlstate == "42501", (sql, err)
+    rows = bench.admin.execute(
+        "SELECT p.proname, pg_get_userbyid(p.proowner), p.prosecdef, p.proconfig FROM pg_proc p"
+        " WHERE p.pronamespace = 'pgmem'::regnamespace AND p.proname = ANY(%s)",
+        [["put_keyed", "get_keyed", "set_expiry", "metadata_values", "clear_session", "search_hybrid"]]).fetchall()
+    assert len(rows) == 6
+    for name, owner, definer, config in rows:
+        assert owner == "pgmem_api" and definer and "search_path=pg_catalog, pgmem, pg_temp" in config, name
