@@ -849,6 +849,8 @@ class MemoryBase:
         integer(limit, "limit", 1, 10000)
         integer(offset, "offset", 0)
         pre, suf = patterns(prefixes, "prefixes"), patterns(suffixes, "suffixes")
+        if len(pre or []) + len(suf or []) > 16:  # as in SQL: every value is matched against every pattern
+            raise ValidationError("prefixes and suffixes hold at most 16 patterns in all", field="prefixes")
         return _params("metadata_values", {"space": self.space_name, "key": key,
                                            "prefixes": Jsonb(pre) if pre is not None else None,
                                            "suffixes": Jsonb(suf) if suf is not None else None,
@@ -1230,7 +1232,8 @@ class Memory(MemoryBase):
         this user's live memories of the space, in one statement (``pgmem.metadata_values``): only those that
         match every pattern of ``prefixes`` (from the start) and ``suffixes`` (from the end), each a list of
         labels where ``"*"`` matches any; cut to ``max_depth`` labels, deduplicated, sorted by code point, then
-        ``offset`` and ``limit`` (1..10,000). Returns lists of strings. Raises ValidationError."""
+        ``offset`` and ``limit`` (1..10,000); at most 16 patterns in all. Returns lists of strings. Raises
+        ValidationError."""
         params = self._metadata_values_params(key, prefixes, suffixes, max_depth, limit, offset)
         self.space(conn=conn)
         return [list(r["value"]) for r in self._rows("metadata_values", params, conn)]

@@ -68,10 +68,14 @@ def check_content(value: Any, *, field: str = "content", index: int | None = Non
 
 
 def check_query(value: Any) -> str:
-    """A search text: refused when empty or white space only (it would otherwise match everything)."""
+    """A search text: refused when empty or white space only (it would otherwise match everything), or longer
+    than ``MAX_CONTENT_CHARS`` characters, as in SQL (which also refuses more than 256 distinct terms, a count
+    that depends on the space's text search configuration: docs/security.md)."""
     check_text(value, "query")
     if not value.strip():
         raise ValidationError("query text is empty or only white space", field="query")
+    if len(value) > MAX_CONTENT_CHARS:
+        raise ValidationError(f"query text has {len(value)} characters; the limit is {MAX_CONTENT_CHARS}", field="query")
     return value
 
 

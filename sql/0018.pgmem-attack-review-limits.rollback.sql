@@ -2,6 +2,173 @@
 DO $pgmem$ BEGIN PERFORM '[1]'::vector; END $pgmem$;
 
 DO $pgmem$ BEGIN PERFORM pgmem._define($def$
+CREATE OR REPLACE FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings @vector@.vector[], p_agent_ids text[] DEFAULT NULL::text[], p_session_ids text[] DEFAULT NULL::text[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_expires_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_model text DEFAULT NULL::text, p_created_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_vector_items integer[] DEFAULT NULL::integer[], p_vector_kinds text[] DEFAULT NULL::text[], p_vectors @vector@.vector[] DEFAULT NULL::@vector@.vector[], p_ids uuid[] DEFAULT NULL::uuid[], p_user_ids text[] DEFAULT NULL::text[])
+ RETURNS TABLE(ordinal integer, id uuid, created boolean)
+ LANGUAGE plpgsql
+ SET search_path = pg_catalog, pgmem, pg_temp
+AS $function$
+DECLARE
+    v_space pgmem.spaces := pgmem._checked_space(p_space, NULL, p_model);
+    v_n integer := coalesce(cardinality(p_contents), 0);
+    v_prev_user text := current_setting('pgmem.user_id', true);
+    v_user text;
+    v_sel integer[];
+    v_bad integer;
+    v_created uuid[];
+    v_known uuid[];
+    v_ids uuid[];
+    v_flags boolean[];
+    v_vec record;
+    v_out_o integer[] := '{}';
+    v_out_id uuid[] := '{}';
+    v_out_created boolean[] := '{}';
+BEGIN
+    IF p_user_ids IS NULL THEN
+        v_user := pgmem._require_user();
+    ELSIF cardinality(p_user_ids) <> v_n THEN
+        RAISE EXCEPTION 'batch arrays must all have % items', v_n USING ERRCODE = 'PGM08';
+    END IF;
+    IF coalesce(cardinality(p_embeddings), 0) <> v_n
+       OR (p_agent_ids IS NOT NULL AND cardinality(p_agent_ids) <> v_n)
+       OR (p_session_ids IS NOT NULL AND cardinality(p_session_ids) <> v_n)
+       OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> v_n)
+       OR (p_expires_at IS NOT NULL AND cardinality(p_expires_at) <> v_n)
+       OR (p_created_at IS NOT NULL AND cardinality(p_created_at) <> v_n)
+       OR (p_ids IS NOT NULL AND cardinality(p_ids) <> v_n) THEN
+        RAISE EXCEPTION 'batch arrays must all have % items', v_n USING ERRCODE = 'PGM08';
+    END IF;
+    IF v_n > 10000 THEN
+        RAISE EXCEPTION 'a batch holds at most 10000 memories, got %', v_n USING ERRCODE = 'PGM08';
+    END IF;
+    SELECT min(i) INTO v_bad FROM generate_subscripts(p_embeddings, 1) AS i
+    WHERE p_embeddings[i] IS NULL OR @vector@.vector_dims(p_embeddings[i]) <> v_space.dims OR @vector@.vector_norm(p_embeddings[i]) = 0
+       OR (p_embeddings[i] OPERATOR(@vector@.<=>) p_embeddings[i]) = 'NaN'::float8;
+    IF v_bad IS NOT NULL THEN
+        IF p_embeddings[v_bad] IS NULL OR @vector@.vector_dims(p_embeddings[v_bad]) = v_space.dims THEN
+            RAISE EXCEPTION 'item %: a zero or missing vector has no cosine similarity', v_bad - 1 USING ERRCODE = 'PGM08';
+        END IF;
+        RAISE EXCEPTION 'item %: expected % dimensions, got % (space "%", model "%")',
+            v_bad - 1, v_space.dims, @vector@.vector_dims(p_embeddings[v_bad]), v_space.name, v_space.model USING ERRCODE = 'PGM02';
+    END IF;
+    SELECT min(i) INTO v_bad FROM generate_subscripts(p_expires_at, 1) AS i WHERE p_expires_at[i] <= now();
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'item %: expires_at % is not in the future: the memory would be invisible at once', v_bad - 1, p_expires_at[v_bad]
+            USING ERRCODE = 'PGM08';
+    END IF;
+    SELECT min(i) INTO v_bad FROM generate_subscripts(p_user_ids, 1) AS i
+    WHERE p_user_ids[i] IS NULL OR p_user_ids[i] = '' OR length(p_user_ids[i]) > 256;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'item %: user id must be a non-empty text of at most 256 characters', v_bad - 1 USING ERRCODE = 'PGM08';
+    END IF;
+    IF coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vector_kinds), 0)
+       OR coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vectors), 0) THEN
+        RAISE EXCEPTION 'extra vectors: items, kinds and vectors must have the same length' USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_vector_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= v_n) THEN
+        RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
+    END IF;
+
+    -- One pass per user, users in sorted order: two concurrent batches for the same users then take their
+    -- locks in the same order (as items are inserted in content-hash order within a user). Each pass acts
+    -- as its user (pgmem.act_as: a gateway may name any user, a bound login only its own), so row-level
+    -- security checks every row as for a call of that user alone.
+    FOR v_user, v_sel IN
+        SELECT coalesce(p_user_ids[g.o], v_user), array_agg(g.o ORDER BY g.o)
+        FROM generate_series(1, v_n) AS g(o) GROUP BY 1 ORDER BY 1
+    LOOP
+        IF p_user_ids IS NOT NULL THEN
+            PERFORM pgmem.act_as(v_user);
+        END IF;
+        -- Client ids (p_ids) this user has ever stored: a live memory, or a deleted one still in history.
+        -- Such an item is not written again, so a retry after an ambiguous failure never duplicates.
+        v_known := '{}';
+        IF p_ids IS NOT NULL THEN
+            SELECT coalesce(array_agg(DISTINCT x.id), '{}') INTO v_known FROM (
+                SELECT k.id FROM pgmem.memories k WHERE k.user_id = v_user AND k.id IN (SELECT p_ids[o] FROM unnest(v_sel) AS o)
+                UNION ALL
+                SELECT h.memory_id FROM pgmem.history h WHERE h.user_id = v_user AND h.memory_id IN (SELECT p_ids[o] FROM unnest(v_sel) AS o)) x;
+        END IF;
+        PERFORM pgmem._expire_conflicts(v_user, v_space, ARRAY(SELECT pgmem.content_hash(p_contents[o]) FROM unnest(v_sel) AS o));
+        -- seq follows item order (the order of turns), whatever order the rows are inserted in.
+        WITH items AS MATERIALIZED (
+            SELECT g.o, nextval('pgmem.memories_seq') AS seq
+            FROM unnest(v_sel) AS g(o) LEFT JOIN unnest(v_known) AS kn(id) ON kn.id = p_ids[g.o]
+            WHERE kn.id IS NULL
+        ), ins AS (
+            INSERT INTO pgmem.memories AS m (user_id, id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at, seq)
+            SELECT v_user, coalesce(p_ids[o], gen_random_uuid()), v_space.space_id, p_agent_ids[o], p_session_ids[o],
+                   p_contents[o], p_embeddings[o], coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now()),
+                   items.seq
+            FROM items
+            -- Insert in content-hash order, not item order: concurrent batches holding the same texts in
+            -- different orders then wait for each other instead of deadlocking.
+            ORDER BY pgmem.content_hash(p_contents[o]), o
+            -- Same content (memories_content_key), or a client id stored by a concurrent retry (memories_pkey).
+            ON CONFLICT DO NOTHING
+            RETURNING m.id, m.seq
+        )
+        SELECT coalesce(array_agg(ins.id ORDER BY items.o), '{}') INTO v_created
+        FROM ins JOIN items ON items.seq = ins.seq;
+        IF cardinality(v_created) = cardinality(v_sel) THEN
+            -- Every item is a new memory (the common case): ids come from RETURNING, in item order. The
+            -- general mapping below costs about 1.1 ms a call (bench/FINDINGS.md I3).
+            v_ids := v_created;
+            v_flags := array_fill(true, ARRAY[cardinality(v_sel)]);
+        ELSE
+            -- Each item's memory: the one its client id names (stored before or now), else the one holding
+            -- its content; created only for the first item of the batch that made it.
+            SELECT array_agg(y.id ORDER BY y.o), array_agg(y.created ORDER BY y.o) INTO v_ids, v_flags
+            FROM (
+                SELECT x.o, x.id, x.created AND x.o = min(x.o) OVER (PARTITION BY x.id) AS created
+                FROM (
+                    SELECT g.o, coalesce(kn.id, byid.id, m.id) AS id, byid.id IS NOT NULL OR c.id IS NOT NULL AS created
+                    FROM unnest(v_sel) AS g(o)
+                    LEFT JOIN unnest(v_known) AS kn(id) ON kn.id = p_ids[g.o]
+                    LEFT JOIN unnest(v_created) AS byid(id) ON byid.id = p_ids[g.o]
+                    LEFT JOIN pgmem.memories m
+                      ON m.user_id = v_user AND m.space_id = v_space.space_id AND m.content_hash = pgmem.content_hash(p_contents[g.o])
+                         AND m.valid_to IS NULL
+                    LEFT JOIN unnest(v_created) AS c(id) ON c.id = m.id AND kn.id IS NULL AND byid.id IS NULL
+                ) x
+            ) y;
+        END IF;
+        IF p_vector_items IS NOT NULL THEN
+            -- Row by row (INSERT ... VALUES): Citus runs an INSERT ... SELECT from unnest as COPY, which
+            -- row-level security refuses.
+            FOR v_vec IN
+                SELECT s.id, row_number() OVER (PARTITION BY e.item ORDER BY e.i) AS n, e.kind, e.emb
+                FROM unnest(p_vector_items, p_vector_kinds, p_vectors) WITH ORDINALITY AS e(item, kind, emb, i)
+                JOIN unnest(v_sel, v_ids, v_flags) AS s(o, id, created) ON s.o = e.item + 1
+                WHERE s.created
+            LOOP
+                INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+                VALUES (v_user, v_vec.id, v_vec.n, v_vec.kind, v_vec.emb);
+            END LOOP;
+        END IF;
+        v_out_o := v_out_o || v_sel;
+        v_out_id := v_out_id || v_ids;
+        v_out_created := v_out_created || v_flags;
+    END LOOP;
+    IF p_user_ids IS NOT NULL THEN
+        EXECUTE pg_catalog.format('SET LOCAL pgmem.user_id = %L', coalesce(v_prev_user, ''));  -- the caller's identity again
+    END IF;
+    RETURN QUERY SELECT (r.o - 1)::integer, r.id, r.created FROM unnest(v_out_o, v_out_id, v_out_created) AS r(o, id, created) ORDER BY r.o;
+END
+$function$
+$def$); END $pgmem$;
+
+DO $pgmem$ BEGIN PERFORM pgmem._define($def$
+ALTER FUNCTION pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]) SECURITY DEFINER
+$def$); END $pgmem$;
+
+DO $pgmem$ BEGIN PERFORM pgmem._define($def$
+ALTER FUNCTION pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]) SECURITY DEFINER
+$def$); END $pgmem$;
+
+COMMENT ON FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], vector[], uuid[], text[]) IS
+    'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now(). Extra vectors: p_vector_items (item number from 0), p_vector_kinds, p_vectors, stored for created items only. p_ids: client-generated ids (idempotency keys); an item whose id its user already stored, even if since deleted, is not written again and returns that id with created = false, so a retry never duplicates. p_user_ids: the user of each item (a gateway writing for many users in one statement; each user''s items are written acting as that user, as pgmem.act_as allows); default: all for the current user.';
+
+DO $pgmem$ BEGIN PERFORM pgmem._define($def$
 CREATE OR REPLACE FUNCTION pgmem.put_keyed(
     p_space text, p_keys text[], p_contents text[], p_embeddings @vector@.vector[],
     p_metadata jsonb[] DEFAULT NULL, p_session_ids text[] DEFAULT NULL, p_expires_at timestamptz[] DEFAULT NULL,

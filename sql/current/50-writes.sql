@@ -143,6 +143,17 @@ BEGIN
        OR (p_ids IS NOT NULL AND cardinality(p_ids) <> v_n) THEN
         RAISE EXCEPTION 'batch arrays must all have % items', v_n USING ERRCODE = 'PGM08';
     END IF;
+    -- Items are read as p_x[1..n]: an array of more dimensions or another lower bound (possible from SQL) would
+    -- read as NULLs.
+    IF true = ANY (ARRAY[
+            array_ndims(p_contents) > 1 OR array_lower(p_contents, 1) <> 1, array_ndims(p_embeddings) > 1 OR array_lower(p_embeddings, 1) <> 1,
+            array_ndims(p_agent_ids) > 1 OR array_lower(p_agent_ids, 1) <> 1, array_ndims(p_session_ids) > 1 OR array_lower(p_session_ids, 1) <> 1,
+            array_ndims(p_metadata) > 1 OR array_lower(p_metadata, 1) <> 1, array_ndims(p_expires_at) > 1 OR array_lower(p_expires_at, 1) <> 1,
+            array_ndims(p_created_at) > 1 OR array_lower(p_created_at, 1) <> 1, array_ndims(p_ids) > 1 OR array_lower(p_ids, 1) <> 1,
+            array_ndims(p_user_ids) > 1 OR array_lower(p_user_ids, 1) <> 1, array_ndims(p_vector_items) > 1 OR array_lower(p_vector_items, 1) <> 1,
+            array_ndims(p_vector_kinds) > 1 OR array_lower(p_vector_kinds, 1) <> 1, array_ndims(p_vectors) > 1 OR array_lower(p_vectors, 1) <> 1]) THEN
+        RAISE EXCEPTION 'batch arrays must be one-dimensional and start at index 1' USING ERRCODE = 'PGM08';
+    END IF;
     IF v_n > 10000 THEN
         RAISE EXCEPTION 'a batch holds at most 10000 memories, got %', v_n USING ERRCODE = 'PGM08';
     END IF;
@@ -172,6 +183,17 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(p_vector_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= v_n) THEN
         RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
+    END IF;
+    -- As pgmem.add (pgmem._store_vectors): at most 1000 a memory, of kinds sentence or context, none NULL.
+    SELECT min(e.item) INTO v_bad FROM unnest(p_vector_items) AS e(item) GROUP BY e.item HAVING count(*) > 1000;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'item %: a memory holds at most 1000 extra vectors', v_bad USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_vector_kinds) AS e(kind) WHERE e.kind IS NULL OR e.kind NOT IN ('sentence', 'context')) THEN
+        RAISE EXCEPTION 'extra vectors: a kind is sentence or context' USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_vectors) AS e(v) WHERE e.v IS NULL) THEN
+        RAISE EXCEPTION 'extra vectors: an extra vector is NULL' USING ERRCODE = 'PGM08';
     END IF;
 
     -- One pass per user, users in sorted order: two concurrent batches for the same users then take their

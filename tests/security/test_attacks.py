@@ -621,3 +621,21 @@ def test_key_locks_is_reachable_only_through_put_keyed(bench, kind):
     assert len(rows) == 6
     for name, owner, definer, config in rows:
         assert owner == "pgmem_api" and definer and "search_path=pg_catalog, pgmem, pg_temp" in config, name
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("SELECT * FROM pgmem.add_batch('t3', ARRAY['ab'], ARRAY['[5,2,3]']::vector[], p_vector_items => array_fill(0, ARRAY[40000]),"
+     " p_vector_kinds => array_fill('sentence'::text, ARRAY[40000]), p_vectors => array_fill('[1,1,1]'::vector, ARRAY[40000]))",
+     "at most 1000 extra vectors"),
+    ("SELECT * FROM pgmem.add_batch('t3', ARRAY['ab'], ARRAY['[5,2,3]']::vector[], p_vector_items => ARRAY[0],"
+     " p_vector_kinds => ARRAY[NULL::text], p_vectors => ARRAY['[1,1,1]']::vector[])", "sentence or context"),
+    ("SELECT * FROM pgmem.add_batch('t3', '[0:0]={ab}'::text[], ARRAY['[5,2,3]']::vector[])", "one-dimensional"),
+])
+def test_a_batch_add_checks_its_extra_vectors_and_arrays(bench, sql, message):
+    """add_batch had put_keyed's gaps: 40,000 extra vectors for one item ended in a raw 'smallint out of range',
+    a NULL kind or an array from index 0 in raw NOT NULL violations."""
+    with bench.connect(bench.login("bound")) as conn:
+        before = alice_rows(bench)
+        err = error_of(conn, sql)
+        assert err is not None and err.sqlstate == "PGM08" and message in str(err), err
+        assert alice_rows(bench) == before

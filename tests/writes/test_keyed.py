@@ -178,6 +178,25 @@ def test_metadata_values_leave_out_other_users_expired_and_superseded(alice, bob
         alice.metadata_values("ns", limit=0)
     with pytest.raises(ValidationError):
         alice.metadata_values("ns", prefixes=["a"])  # a list of strings, not of label lists
+    with pytest.raises(ValidationError, match="16 patterns"):
+        alice.metadata_values("ns", prefixes=[["alice"]] * 9, suffixes=[["m"]] * 8)
+    assert alice.metadata_values("ns", prefixes=[["alice"]] * 8, suffixes=[["m"]] * 8) == [["alice", "m"]]
+
+
+def test_ttls_and_queries_past_the_limits_are_validation_errors(alice):
+    """A ttl past PostgreSQL's last timestamp and a query beyond 100,000 characters or 256 distinct terms are
+    refused with a ValidationError (the database's PGM08), never a raw database error; nothing changes."""
+    a = alice.put_keyed([{"key": "k", "content": "kept"}])[0]
+    with pytest.raises(ValidationError, match="294276"):
+        alice.set_expiry({a.id: timedelta.max})
+    with pytest.raises(ValidationError, match="294276"):
+        alice.put_keyed([{"key": "k", "content": "changed", "ttl": timedelta.max}])
+    assert [(m.content, m.expires_at) for m in alice.get_keyed(["k"]).values()] == [("kept", None)]
+    with pytest.raises(ValidationError, match="100000"):
+        alice.search("a " * 50001, mode="hybrid")
+    with pytest.raises(ValidationError, match="256 distinct terms"):
+        alice.search(" ".join(f"w{i}x" for i in range(257)), mode="hybrid")
+    assert alice.search(" ".join(f"w{i}x" for i in range(255)) + " kept", mode="hybrid")[0].id == a.id
 
 
 # --- clear_session -----------------------------------------------------------------------------------------------
