@@ -426,7 +426,7 @@ def test_an_expiry_records_no_actor_a_caller_set(bench):
 
 
 # --------------------------------------------------------------------------------------------------------
-# Found by a review of 0016 and 0017 as an attacker with psql (fixed in 0018)
+# Found by a review of 0016 and 0017 as an attacker with psql (fixed in 0019)
 # --------------------------------------------------------------------------------------------------------
 PUT = "SELECT * FROM pgmem.put_keyed('t3', {keys}, {contents}, {embeddings}{extra})"
 

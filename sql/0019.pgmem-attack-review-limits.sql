@@ -1,5 +1,5 @@
 -- put_keyed and add_batch refuse arrays they would misread, bound and check extra vectors; ttls past the last timestamp; search_hybrid and metadata_values bound their inputs
--- depends: 0017.pgmem-hybrid-extra-vectors
+-- depends: 0018.pgmem-scoped-route-cache
 
 -- Why (a review of 0016 and 0017 as an attacker with psql): put_keyed read its arrays as p_x[1..n], so an array of
 -- two dimensions or another lower bound turned a write into a delete of the key (or a memory without a key); it
@@ -496,8 +496,6 @@ DECLARE
     v_user text := pgmem._require_user();
     v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
     v_threshold integer := coalesce(nullif(current_setting('pgmem.exact_search_max_rows', true), '')::integer, 5000);
-    v_plain boolean := p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
-                       AND p_created_before IS NULL AND p_as_of IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb);
     v_scope record;
     v_lexemes text[];
     v_tsquery tsquery;
@@ -545,14 +543,16 @@ BEGIN
             SELECT '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''' FROM unnest(v_lexemes) l), ' | ')::tsquery;
     END IF;
 
-    -- Routing, as pgmem.search: a large tenant whose size is cached (plain scope) goes to the pools at once;
-    -- otherwise the scope's ids, capped at the threshold + 1, are both the count and the exact route's candidates.
+    -- Routing, as pgmem.search: a large tenant (or a large filtered scope of it) whose count is cached goes to
+    -- the pools at once; otherwise the scope's ids, capped at the threshold + 1, are both the count and the
+    -- exact route's candidates.
     IF v_space.index_kind <> 'exact' THEN
-        IF v_plain THEN
+        IF p_as_of IS NULL THEN
             SELECT t.rows > v_threshold
                    AND t.counted_at > now() - make_interval(secs => coalesce(nullif(current_setting('pgmem.route_cache_seconds', true), '')::integer, 60))
             INTO v_large
-            FROM pgmem.tenant_sizes t WHERE t.user_id = v_user AND t.space_id = v_space.space_id;
+            FROM pgmem.tenant_sizes t WHERE t.user_id = v_user AND t.space_id = v_space.space_id
+              AND t.scope = pgmem._scope_key(p_agent_id, p_session_id, p_created_after, p_created_before, p_filter);
             v_large := coalesce(v_large, false);
         END IF;
         IF NOT v_large THEN
@@ -561,7 +561,7 @@ BEGIN
             IF cardinality(v_ids) > v_threshold THEN
                 v_large := true;
                 v_ids := NULL;
-                IF v_plain THEN  -- stores the tenant's size (pgmem.tenant_sizes) for the next searches
+                IF p_as_of IS NULL THEN  -- stores the scope's count (pgmem.tenant_sizes) for the next searches
                     v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
                     PERFORM pgmem._matching_rows(v_user, v_space, v_scope.o_sql, v_scope.o_filter, v_threshold,
                                                  p_agent_id, p_session_id, p_created_after, p_created_before, p_filter, p_as_of);
