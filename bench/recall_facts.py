@@ -140,6 +140,31 @@ def lexemes(conn, texts: Sequence[str]) -> list[list[str]]:
     return [list(r[1]) for r in rows]
 
 
+class CachedEmbedder:
+    """The embedder, each distinct text embedded once per kind (stored text or query) in the run: both spaces store
+    the same facts, so the second space costs no embedding. The vectors are the embedder's own."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.model_name, self.dims = inner, inner.model_name, inner.dims
+        self.cache: dict[tuple[bool, str], np.ndarray] = {}
+
+    def _get(self, texts, query: bool) -> np.ndarray:
+        from pgmem.embedders import embed_queries
+
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if (query, t) not in self.cache))
+        if missing:
+            vecs = embed_queries(self.inner, missing) if query else self.inner.embed(missing)
+            self.cache.update({(query, t): np.asarray(v, dtype=np.float32) for t, v in zip(missing, vecs)})
+        return np.array([self.cache[(query, t)] for t in texts], dtype=np.float32).reshape(len(texts), self.dims)
+
+    def embed(self, texts) -> np.ndarray:
+        return self._get(texts, False)
+
+    def embed_query(self, texts) -> np.ndarray:
+        return self._get(texts, True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="LoCoMo JSON file (e.g. locomo-dev.json)")
@@ -170,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts = read_facts(args.data, users)
     dsn = fresh_database(args.dsn, args.database)
     migrations.migrate(dsn)
-    embedder = from_config(embedder=args.embedder)
+    embedder = CachedEmbedder(from_config(embedder=args.embedder))
     console.print(f"database {args.database} re-created; embedder {embedder.model_name}; {len(users)} "
                   f"conversation(s), {len(facts)} facts, "
                   f"{len(questions)} questions")
