@@ -1189,8 +1189,8 @@ class Memory(MemoryBase):
         itself, the database's clock; neither: no expiry of its own), ``embedding``
         (else embedded here, with sentence and context vectors as :meth:`add_many`) and ``alt_content`` (stored
         instead when another memory already holds ``content``). A key's memory is updated in place (id,
-        ``created_at`` and history stay); two concurrent calls for one key wait for each other, so a key never
-        gets two memories. Returns per item an AddResult (``created`` True for a new memory) or None for a
+        ``created_at`` and history stay); two concurrent calls of this user in this space wait for each other
+        (on the tenant's own lock row, which no other login can take), so a key never gets two memories. Returns per item an AddResult (``created`` True for a new memory) or None for a
         delete. Raises ValidationError (naming the item), DuplicateMemory (content held elsewhere and no
         ``alt_content``, or that held too), IdentityError without a user.
         """

@@ -577,8 +577,28 @@ COMMENT ON FUNCTION pgmem._occurrences_up_to(text, text, integer) IS
 -- Keyed memories: one live memory per (user, space, key), the key kept in metadata "pgmem:key" (so export,
 -- import and backups carry it). For stores whose callers name their items (LangGraph's namespace and key).
 -- ---------------------------------------------------------------------------------------------------------
--- Two concurrent puts of a key serialise on a transaction-level advisory lock on the hash of (user, key),
--- seeded by the space id, taken for all keys of a call in sorted order (so two calls never deadlock on them).
+-- Two concurrent puts of a user's keys in a space serialise on that tenant's row of pgmem.key_locks, locked
+-- FOR UPDATE until the caller's transaction ends. The row is the tenant's own (RLS) and only the API's role
+-- writes the table, so no other login can take or hold it. (An advisory lock on a hash of (user, key), used
+-- before, let any role that knew a user's id and key stall that user's puts: advisory locks are one namespace
+-- per database, callable by every role.) One lock per (user, space): a user's puts wait for each other, other
+-- tenants' never do, and no two calls can deadlock on it. No foreign key to pgmem.spaces (drop_space deletes a
+-- space's rows): on a Citus cluster a new table referencing the reference table spaces becomes a Citus-local
+-- table, which refuses the sub-select of the tenant policy.
+CREATE TABLE pgmem.key_locks (
+    user_id   text    NOT NULL,
+    space_id  integer NOT NULL,
+    CONSTRAINT key_locks_pkey PRIMARY KEY (user_id, space_id)
+);
+COMMENT ON TABLE pgmem.key_locks IS
+    'One row per (user, space) that has used pgmem.put_keyed: the row its calls lock FOR UPDATE, so that two puts of one key never both add a memory. Written only by pgmem_api (inside put_keyed), read by nobody else; holds no data.';
+ALTER TABLE pgmem.key_locks ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pgmem.key_locks FORCE ROW LEVEL SECURITY;
+CREATE POLICY key_locks_tenant ON pgmem.key_locks
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
+
+-- Puts of one tenant in a space wait for each other on its row of pgmem.key_locks (above), keys in call order.
 -- No unique index: pgmem.supersede writes the successor (with the old metadata) before the old memory stops
 -- holding, and add, add_batch and import_user may write the key too; a put of the key deletes such extras.
 CREATE FUNCTION pgmem.put_keyed(
@@ -603,6 +623,9 @@ DECLARE
     v_first boolean;
     v_id uuid;
     v_changed boolean;
+    v_expires timestamptz;
+    v_embedding @vector@.vector;
+    v_session text;
 BEGIN
     IF coalesce(cardinality(p_contents), 0) <> v_n OR coalesce(cardinality(p_embeddings), 0) <> v_n
        OR (p_metadata IS NOT NULL AND cardinality(p_metadata) <> v_n)
@@ -648,8 +671,9 @@ BEGIN
         RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
     END IF;
 
-    PERFORM pg_advisory_xact_lock(hashtextextended(v_user || chr(31) || k.key, v_space.space_id))
-    FROM (SELECT DISTINCT x.key COLLATE "C" AS key FROM unnest(p_keys) AS x(key) ORDER BY 1) k;
+    -- The tenant's lock row (pgmem.key_locks), made on first use, held until the caller's transaction ends.
+    INSERT INTO pgmem.key_locks AS l (user_id, space_id) VALUES (v_user, v_space.space_id) ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM pgmem.key_locks l WHERE l.user_id = v_user AND l.space_id = v_space.space_id FOR UPDATE OF l;
     PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
     FOR v_i IN 1 .. v_n LOOP
         v_key := p_keys[v_i];
@@ -685,6 +709,11 @@ BEGIN
             SELECT m.* INTO v_cur FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = v_id;
         END IF;
         v_meta := coalesce(p_metadata[v_i], '{}') || jsonb_build_object('pgmem:key', v_key);
+        -- The item's values as scalars: Citus refuses now() inside COALESCE in a statement it routes, and its
+        -- router crashed (13.2) on an array element (p_embeddings[v_i]) in an UPDATE's SET list.
+        v_expires := coalesce(p_expires_at[v_i], now() + p_ttls[v_i]);
+        v_embedding := p_embeddings[v_i];
+        v_session := p_session_ids[v_i];
         -- The content, unless another memory that holds has it: then the alternative content (or an error).
         v_content := p_contents[v_i];
         PERFORM pgmem._expire_conflicts(v_user, v_space,
@@ -707,8 +736,8 @@ BEGIN
             END IF;
             v_changed := v_content IS DISTINCT FROM v_cur.content;
             PERFORM set_config('pgmem.event', 'UPDATE', true);
-            UPDATE pgmem.memories m SET content = v_content, embedding = p_embeddings[v_i], metadata = v_meta,
-                   session_id = p_session_ids[v_i], expires_at = coalesce(p_expires_at[v_i], now() + p_ttls[v_i])
+            UPDATE pgmem.memories m SET content = v_content, embedding = v_embedding, metadata = v_meta,
+                   session_id = v_session, expires_at = v_expires
             WHERE m.user_id = v_user AND m.id = v_id;
             PERFORM set_config('pgmem.event', '', true);
             IF v_changed THEN
@@ -720,8 +749,7 @@ BEGIN
             FOREACH v_content IN ARRAY ARRAY[v_content, p_alt_contents[v_i]] LOOP
                 CONTINUE WHEN v_content IS NULL;
                 INSERT INTO pgmem.memories AS m (user_id, space_id, agent_id, session_id, content, embedding, metadata, expires_at)
-                VALUES (v_user, v_space.space_id, p_agent_id, p_session_ids[v_i], v_content, p_embeddings[v_i], v_meta,
-                        coalesce(p_expires_at[v_i], now() + p_ttls[v_i]))
+                VALUES (v_user, v_space.space_id, p_agent_id, v_session, v_content, v_embedding, v_meta, v_expires)
                 ON CONFLICT (user_id, space_id, content_hash) WHERE valid_to IS NULL DO NOTHING
                 RETURNING m.id INTO v_id;
                 EXIT WHEN v_id IS NOT NULL;
@@ -746,7 +774,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION pgmem.put_keyed(text, text[], text[], vector[], jsonb[], text[], timestamptz[], interval[], text[], text, text, integer[], text[], vector[]) IS
-    'Upsert up to 10000 memories of the current user by key (metadata "pgmem:key"), in order, all or nothing: a key''s live memory is updated in place (content, embedding, metadata replaced, session, own expiry (p_expires_at, or now() + p_ttls: from the write itself); id, created_at and history stay), else one is added; a NULL content deletes the key. Two concurrent calls for the same key wait for each other (one memory per key). When another memory holds the content, p_alt_contents[i] is stored instead (unique_violation on memories_content_key when it is NULL or held too). Expired and extra memories of the key are removed. Extra vectors (p_vector_items from 0) replace the old ones when the content changes. Returns (ordinal from 0, id or NULL for a delete, created).';
+    'Upsert up to 10000 memories of the current user by key (metadata "pgmem:key"), in order, all or nothing: a key''s live memory is updated in place (content, embedding, metadata replaced, session, own expiry (p_expires_at, or now() + p_ttls: from the write itself); id, created_at and history stay), else one is added; a NULL content deletes the key. Two concurrent calls of one user in one space wait for each other (one memory per key) on that tenant''s row of pgmem.key_locks, which no other login can lock. When another memory holds the content, p_alt_contents[i] is stored instead (unique_violation on memories_content_key when it is NULL or held too). Expired and extra memories of the key are removed. Extra vectors (p_vector_items from 0) replace the old ones when the content changes. Returns (ordinal from 0, id or NULL for a delete, created).';
 
 -- Moves the own expiry of live memories: now() + ttl (NULL: the space's memory_ttl after created_at again).
 CREATE FUNCTION pgmem.set_expiry(p_ids uuid[], p_ttls interval[], p_agent_id text DEFAULT NULL)
@@ -756,6 +784,14 @@ SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
     v_user text := pgmem._require_user();
+    v_now timestamptz := now();
+    v_id uuid;
+    v_ttl interval;
+    v_space_id integer;
+    v_old timestamptz;
+    v_created timestamptz;
+    v_space_ttl interval;
+    v_new timestamptz;
 BEGIN
     IF coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_ttls), 0) THEN
         RAISE EXCEPTION 'ids and ttls must have the same length' USING ERRCODE = 'PGM08';
@@ -768,15 +804,25 @@ BEGIN
     END IF;
     PERFORM set_config('pgmem.actor', coalesce(p_agent_id, ''), true);
     PERFORM set_config('pgmem.event', 'UPDATE', true);
-    -- Rows locked in id order first, so that two calls on the same memories never deadlock.
-    PERFORM 1 FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = ANY (p_ids) ORDER BY m.id FOR UPDATE;
-    RETURN QUERY
-    UPDATE pgmem.memories m SET expires_at = now() + t.ttl
-    FROM (SELECT DISTINCT ON (x.id) x.id, x.ttl FROM unnest(p_ids, p_ttls) WITH ORDINALITY AS x(id, ttl, o) ORDER BY x.id, x.o DESC) t,
-         pgmem.spaces s
-    WHERE m.user_id = v_user AND m.id = t.id AND s.space_id = m.space_id AND m.valid_to IS NULL
-      AND pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl) > now()
-    RETURNING m.id, nullif(pgmem._expiry(m.expires_at, m.created_at, s.memory_ttl), 'infinity');
+    -- One memory at a time, in id order (so two calls on the same memories never deadlock), the last ttl of an
+    -- id given twice. Row by row with the new expiry computed first: Citus refuses STABLE functions over columns
+    -- in an UPDATE it routes.
+    FOR v_id, v_ttl IN
+        SELECT DISTINCT ON (x.id) x.id, x.ttl FROM unnest(p_ids, p_ttls) WITH ORDINALITY AS x(id, ttl, o)
+        WHERE x.id IS NOT NULL ORDER BY x.id, x.o DESC
+    LOOP
+        SELECT m.space_id, m.expires_at, m.created_at INTO v_space_id, v_old, v_created
+        FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = v_id AND m.valid_to IS NULL
+        FOR UPDATE OF m;
+        CONTINUE WHEN NOT FOUND;
+        SELECT s.memory_ttl INTO v_space_ttl FROM pgmem.spaces s WHERE s.space_id = v_space_id;
+        CONTINUE WHEN pgmem._expiry(v_old, v_created, v_space_ttl) <= v_now;
+        v_new := v_now + v_ttl;
+        UPDATE pgmem.memories m SET expires_at = v_new WHERE m.user_id = v_user AND m.id = v_id;
+        id := v_id;
+        expires_at := nullif(pgmem._expiry(v_new, v_created, v_space_ttl), 'infinity');
+        RETURN NEXT;
+    END LOOP;
     PERFORM set_config('pgmem.event', '', true);
     PERFORM set_config('pgmem.actor', '', true);
 END

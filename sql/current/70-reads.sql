@@ -213,7 +213,11 @@ BEGIN
         RAISE EXCEPTION 'at most 10000 keys a call, got %', cardinality(p_keys) USING ERRCODE = 'PGM08';
     END IF;
     RETURN QUERY
-    SELECT DISTINCT ON (m.metadata ->> 'pgmem:key') (pgmem._to_memory(m, v_space.name, NULL, v_space.memory_ttl)).*
+    -- The columns of pgmem._to_memory written out: Citus cannot pass a shard's whole row to a function.
+    SELECT DISTINCT ON (m.metadata ->> 'pgmem:key')
+           m.id, m.user_id, v_space.name, m.agent_id, m.session_id, m.content, m.metadata, m.created_at, m.updated_at,
+           nullif(pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl), 'infinity'), m.version, NULL::double precision,
+           m.valid_from, m.valid_to, m.superseded_by
     FROM pgmem.memories m
     WHERE m.user_id = v_user AND m.space_id = v_space.space_id AND m.metadata ? 'pgmem:key'
       AND m.metadata ->> 'pgmem:key' = ANY (p_keys) AND m.valid_to IS NULL

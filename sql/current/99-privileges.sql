@@ -154,6 +154,8 @@ TO pgmem_gateway;
 REVOKE ALL ON ALL TABLES IN SCHEMA pgmem FROM PUBLIC, pgmem_agent, pgmem_gateway;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgmem FROM PUBLIC, pgmem_agent, pgmem_gateway;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmem.memories, pgmem.tenant_sizes TO pgmem_api;
+-- put_keyed's lock rows: made (INSERT) and locked (SELECT ... FOR UPDATE needs UPDATE).
+GRANT SELECT, INSERT, UPDATE ON pgmem.key_locks TO pgmem_api;
 GRANT SELECT, INSERT, DELETE ON pgmem.memory_vectors TO pgmem_api;
 GRANT SELECT, INSERT ON pgmem.history, pgmem.memory_sources, pgmem.turns TO pgmem_api;
 -- clear_session deletes a session's turns.
@@ -174,7 +176,8 @@ BEGIN
     FOR v_rel, v_att IN
         SELECT a.attrelid::regclass, a.attname FROM pg_catalog.pg_attribute a
         WHERE a.attrelid = ANY (ARRAY['pgmem.memories', 'pgmem.history', 'pgmem.memory_vectors', 'pgmem.turns',
-                                      'pgmem.memory_sources', 'pgmem.tenant_sizes', 'pgmem.role_bindings']::regclass[])
+                                      'pgmem.memory_sources', 'pgmem.tenant_sizes', 'pgmem.role_bindings',
+                                      'pgmem.key_locks']::regclass[])
           AND a.attnum > 0 AND NOT a.attisdropped
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS 0', v_rel, v_att);

@@ -60,6 +60,7 @@ BEGIN
     DELETE FROM pgmem.turns t WHERE t.space_id = v_space.space_id;
     GET DIAGNOSTICS turns = ROW_COUNT;
     DELETE FROM pgmem.tenant_sizes t WHERE t.space_id = v_space.space_id;
+    DELETE FROM pgmem.key_locks l WHERE l.space_id = v_space.space_id;
     EXECUTE format('DROP INDEX IF EXISTS pgmem.%I', 'memories_space_' || v_space.space_id || '_hnsw');
     DELETE FROM pgmem.spaces s WHERE s.space_id = v_space.space_id;
     PERFORM pgmem._build_knn();  -- the generated per-space statements forget it

@@ -259,3 +259,45 @@ def test_concurrent_writers_for_two_users(cluster, gateway, two):
         items = m.list(limit=1000).items
         assert len([x for x in items if "concurrent" in x.content]) == 40
         assert {x.user_id for x in items} == {m.user_id}
+
+
+def test_concurrent_keyed_puts_of_one_key_make_one_memory(cluster, admin, gateway, two):
+    """put_keyed serialises on the tenant's row of pgmem.key_locks (distributed with the user's other tables):
+    two threads putting one key 20 times each leave one live memory of it, and bob's puts are not blocked."""
+    a, b = two
+    barrier = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def put(m: Memory, tag: str) -> None:
+        try:
+            barrier.wait()
+            for i in range(20):
+                m.put_keyed([{"key": "profile", "content": f"{m.user_id} profile {tag} {i}"}])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=put, args=args) for args in ((a, "x"), (a, "y"), (b, "z"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for m in (a, b):
+        live = [x for x in m.list(limit=1000).items if (x.metadata or {}).get("pgmem:key") == "profile"]
+        assert len(live) == 1 and live[0].content.startswith(f"{m.user_id} profile")
+        assert m.get_keyed(["profile"])["profile"].id == live[0].id
+    # The other keyed functions of the adapters run on the cluster too.
+    [made] = a.put_keyed([{"key": "ns-item", "content": "alice item in a namespace",
+                           "metadata": {"ns": ["alice", "notes"]}, "ttl": timedelta(hours=1)}])
+    assert a.get_keyed(["ns-item"])["ns-item"].expires_at is not None
+    assert set(a.set_expiry({made.id: timedelta(hours=2)})) == {made.id}
+    assert a.metadata_values("ns", prefixes=[["alice"]]) == [["alice", "notes"]]
+    assert b.metadata_values("ns") == []
+    a.append_turn("keyed-s", "user", "a turn to clear")
+    a.clear_session("keyed-s")
+    assert a.recent_turns("keyed-s") == []
+    assert a.put_keyed([{"key": "ns-item", "content": None}]) == [None] and a.get_keyed(["ns-item"]) == {}
+    assert admin.execute("SELECT partmethod FROM pg_dist_partition WHERE logicalrelid = 'pgmem.key_locks'::regclass"
+                         ).fetchone() == ("h",)
+    assert admin.execute("SELECT count(*) FROM pgmem.key_locks WHERE user_id = ANY(%s)",
+                         [[a.user_id, b.user_id]]).fetchone() == (2,)

@@ -173,6 +173,6 @@ def test_the_rls_check_does_not_depend_on_table_grants(alice, admin):
         admin.execute("REVOKE ALL ON ALL TABLES IN SCHEMA pgmem FROM pgmem_agent, pgmem_gateway")
         after = doctor._rls_check(conn, True)
     assert before.ok and after == before
-    for table in ("memories", "history", "memory_vectors", "turns", "memory_sources", "tenant_sizes"):
+    for table in ("memories", "history", "memory_vectors", "turns", "memory_sources", "tenant_sizes", "key_locks"):
         assert table in after.detail
     assert "role_bindings" not in after.detail

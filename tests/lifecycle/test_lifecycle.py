@@ -217,6 +217,7 @@ def _populate(m, who: str) -> None:
     m.append_turn("s", "user", f"{who}: hello")
     m.append_turn("s", "assistant", "hi there", embed=True)
     m.consolidate("s", lambda turns: [f"{who} greeted the assistant"])
+    m.put_keyed([{"key": "profile", "content": f"{who}'s profile"}])  # its lock row in pgmem.key_locks
     # A search routed as for a large tenant (threshold 1) leaves its size in pgmem.tenant_sizes.
     with psycopg.connect(m.dsn, autocommit=True) as conn, conn.transaction():
         conn.execute("SELECT pgmem.act_as(%s), set_config('pgmem.exact_search_max_rows', '1', true)", [who])
@@ -245,7 +246,8 @@ def test_erase_user_leaves_nothing_of_theirs_and_touches_nobody_else(alice, bob,
     agent = login_role("pgmem_agent")
     admin.execute("SELECT pgmem.bind_role(%s, 'alice')", [agent])
     tables = user_tables(admin)
-    assert {"memories", "memory_vectors", "turns", "memory_sources", "history", "role_bindings", "tenant_sizes"} <= set(tables)
+    assert {"memories", "memory_vectors", "turns", "memory_sources", "history", "role_bindings", "tenant_sizes",
+            "key_locks"} <= set(tables)
     bob_before = {t: raw_count(admin, t, "bob") for t in tables}
     assert all(raw_count(admin, t, "alice") > 0 for t in tables)
 

@@ -180,7 +180,8 @@ def test_planner_statistics_reveal_no_tenant(bench):
         conn.execute("SELECT * FROM pgmem.add_batch('t3', ARRAY(SELECT 'bob fact ' || i FROM generate_series(1, 300) i),"
                      " ARRAY(SELECT ('[1,' || i || ',1]')::vector FROM generate_series(1, 300) i))")
     admin.execute("ANALYZE")
-    tenant = ["memories", "history", "memory_vectors", "turns", "memory_sources", "tenant_sizes", "role_bindings"]
+    tenant = ["memories", "history", "memory_vectors", "turns", "memory_sources", "tenant_sizes", "role_bindings",
+              "key_locks"]
     assert admin.execute("SELECT count(*) FROM pg_stats WHERE schemaname = 'pgmem' AND tablename = ANY(%s)",
                          [tenant]).fetchone() == (0,)
     # What EXPLAIN tells a tenant about a user it names is the same for a user with 302 rows and for nobody.
@@ -320,6 +321,46 @@ def test_no_login_can_hold_the_lock_that_space_creation_waits_for(bench):
         with bench.connect(bench.login("bound")) as agent:
             agent.execute("SET statement_timeout = '5s'")
             agent.execute("SELECT * FROM pgmem.add('t3', 'still writable', %s)", [vec(1, 2, 3)])
+
+
+@pytest.mark.parametrize("kind", ["nothing", "gateway"])
+def test_no_login_can_hold_the_lock_a_tenants_keyed_put_waits_for(bench, kind):
+    """put_keyed serialised two puts of a key on an advisory lock of a hash of (user, key) seeded by the space id:
+    any role can take that lock, so a login that knew a tenant's id and key (or guessed the space id, a small
+    number) could hold it in an open transaction and stall that tenant's puts. The lock is now a row only the
+    API's role writes, one per (user, space), under RLS."""
+    space_id = bench.admin.execute("SELECT space_id FROM pgmem.spaces WHERE name = 't3'").fetchone()[0]
+    squatter = bench.login(kind)
+    with bench.connect(squatter) as sq, sq.transaction():
+        sq.execute("SELECT pg_advisory_xact_lock(hashtextextended('alice' || chr(31) || 'k1', %s))", [space_id])
+        with bench.connect(bench.login("bound")) as agent:
+            agent.execute("SET statement_timeout = '5s'")
+            err = error_of(agent, "SELECT * FROM pgmem.put_keyed('t3', ARRAY['k1'], ARRAY['keyed text'], ARRAY[%s])",
+                           [vec(1, 1, 2)])
+            assert err is None, err
+            assert agent.execute("SELECT content FROM pgmem.get_keyed('t3', ARRAY['k1'])").fetchone()[0] == "keyed text"
+
+
+def test_no_pgmem_function_takes_an_advisory_lock(bench):
+    """Advisory locks are one namespace per database that every role may take: a lock any pgmem function waited
+    for could be held by a login outside pgmem to stall others (found twice: _build_knn, put_keyed)."""
+    assert bench.admin.execute(
+        "SELECT array_agg(p.oid::regprocedure::text) FROM pg_proc p WHERE p.pronamespace = 'pgmem'::regnamespace"
+        " AND p.prosrc ~* 'pg_(try_)?advisory'").fetchone() == (None,)
+
+
+def test_a_tenants_open_keyed_put_does_not_stall_another_tenant(bench):
+    """The lock a keyed put takes is the tenant's own: alice's open transaction does not delay bob's puts of
+    the same key name."""
+    gw = bench.login("gateway")
+    with bench.connect(bench.login("bound")) as alice, alice.transaction():
+        alice.execute("SELECT * FROM pgmem.put_keyed('t3', ARRAY['shared-name'], ARRAY['alice keyed'], ARRAY[%s])",
+                      [vec(1, 2, 2)])
+        with bench.connect(gw) as conn:
+            conn.execute("SET statement_timeout = '5s'")
+            err = error_of(conn, "SELECT * FROM pgmem.put_keyed('t3', ARRAY['shared-name'], ARRAY['bob keyed'], ARRAY[%s])",
+                           [vec(2, 1, 2)], act_as="bob")
+            assert err is None, err
 
 
 def test_space_creation_gives_up_instead_of_blocking_every_tenant(bench):

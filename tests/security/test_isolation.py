@@ -28,6 +28,7 @@ TABLE_STATEMENTS = [
     ("SELECT count(*) FROM pgmem.memories", []), ("SELECT count(*) FROM pgmem.history", []),
     ("SELECT count(*) FROM pgmem.memory_vectors", []), ("SELECT count(*) FROM pgmem.turns", []),
     ("SELECT count(*) FROM pgmem.memory_sources", []), ("SELECT count(*) FROM pgmem.tenant_sizes", []),
+    ("SELECT count(*) FROM pgmem.key_locks", []),
     ("SELECT count(*) FROM pgmem.spaces", []), ("SELECT count(*) FROM pgmem.role_bindings", []),
     ("UPDATE pgmem.memories SET metadata = '{}'", []), ("DELETE FROM pgmem.memories", []),
     ("LOCK TABLE pgmem.memories IN ACCESS EXCLUSIVE MODE", []), ("LOCK TABLE pgmem.spaces IN SHARE MODE", []),
