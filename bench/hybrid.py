@@ -4,6 +4,7 @@ users, the same questions, in the same run, and their ratio.
 
     python bench/hybrid.py --data ../shared/data/locomo/locomo-dev.json [--dsn URL] [--reuse]
                            [--from-database pgmem_bench_recall] [--big-rows 30000] [--rounds 3] [--questions 60]
+                           [--baseline-before NNNN]
 
 What it does
 1. The database ``pgmem_bench_hybrid`` (dropped and re-created unless ``--reuse``; on the embedded server, or on
@@ -22,6 +23,12 @@ What it does
    ``SELECT * FROM pgmem.search_hybrid(pgmem.as_user(u, 'minilm'), q, e, 10)``, interleaved (vector, then
    hybrid, question by question), ``--rounds`` times after one unmeasured round. The query embedding is given,
    so no embedding time is counted: "SQL" latency is the wall time of that statement from the client.
+
+With ``--baseline-before NNNN`` the definition of ``pgmem.search_hybrid`` that the migrations before NNNN
+released (read from ``sql/`` by ``tools/schema_source.py``) is installed beside the current one as
+``pgmem.search_hybrid_baseline`` (owned and run like the API: ``pgmem_api``, SECURITY DEFINER) and runs
+interleaved with the two others, so a change to hybrid search is measured before/after in one run, on the
+same data and connection; its rankings are compared with the current ones (ids of the top k, in order).
 
 Output: p50/p95 in ms of each mode per user class (LoCoMo users, and ``big``), the ratio of hybrid to vector
 p50, and ``bench/out/hybrid.csv``. Needs ``pip install 'pgmem-agents[local]'``.
@@ -131,6 +138,26 @@ def make_big(url: str, rows: int) -> None:
         print(f"user {BIG}: {rows} memories made in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
+def install_baseline(conn, before: str) -> None:
+    """pgmem.search_hybrid as the migrations before ``before`` (e.g. ``0017``) left it, installed as
+    pgmem.search_hybrid_baseline, owned and run like the API."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import schema_source as src
+
+    released = src.last_definitions([f for f in src.migration_files() if f.name < before])
+    text = next(d.text for (name, _), d in released.items() if name == "pgmem.search_hybrid")
+    schema = conn.execute("SELECT pgmem._vector_schema()").fetchone()[0]
+    text = text.replace("FUNCTION pgmem.search_hybrid(", "FUNCTION pgmem.search_hybrid_baseline(", 1)
+    conn.execute(text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1).replace("@vector@", schema))
+    oid = conn.execute("SELECT 'pgmem.search_hybrid_baseline'::regproc::oid").fetchone()[0]
+    sig = conn.execute("SELECT %s::regprocedure::text", [oid]).fetchone()[0]
+    conn.execute(f"ALTER FUNCTION {sig} SECURITY DEFINER")
+    conn.execute("GRANT CREATE ON SCHEMA pgmem TO pgmem_api")
+    conn.execute(f"ALTER FUNCTION {sig} OWNER TO pgmem_api")
+    conn.execute("REVOKE CREATE ON SCHEMA pgmem FROM pgmem_api")
+    conn.execute(f"GRANT EXECUTE ON FUNCTION {sig} TO pgmem_gateway")
+
+
 def questions(path: Path, per_user: int) -> tuple[dict[str, list[str]], list[str]]:
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
@@ -151,6 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--big-rows", type=int, default=30_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--questions", type=int, default=60, help="questions per user")
+    ap.add_argument("--baseline-before", metavar="NNNN",
+                    help="also run the search_hybrid released before migration NNNN, interleaved (before/after)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
     args = ap.parse_args(argv)
 
@@ -167,27 +196,37 @@ def main(argv=None) -> int:
 
     conn = psycopg.connect(url, autocommit=True)
     register_vector(conn)
+    if args.baseline_before:
+        install_baseline(conn, args.baseline_before)
     conn.execute("SET ROLE pgmem_gateway")
     vec_sql = "SELECT * FROM pgmem.search(pgmem.as_user(%s, 'minilm'::text), %s, %s)"
     hyb_sql = "SELECT * FROM pgmem.search_hybrid(pgmem.as_user(%s, 'minilm'::text), %s, %s, %s)"
+    base_sql = hyb_sql.replace("search_hybrid(", "search_hybrid_baseline(")
+    same = [0, 0]  # questions whose top k (ids, in order) the baseline and the current definition agree on
 
-    def once(user, q):
+    def once(user, q, compare=False):
         t0 = time.perf_counter()
         conn.execute(vec_sql, (user, emb[q], K)).fetchall()
         t1 = time.perf_counter()
-        conn.execute(hyb_sql, (user, q, emb[q], K)).fetchall()
+        new = conn.execute(hyb_sql, (user, q, emb[q], K)).fetchall()
         t2 = time.perf_counter()
-        return (t1 - t0) * 1000, (t2 - t1) * 1000
+        if not args.baseline_before:
+            return (t1 - t0) * 1000, (t2 - t1) * 1000, None
+        old = conn.execute(base_sql, (user, q, emb[q], K)).fetchall()
+        t3 = time.perf_counter()
+        if compare:
+            same[0] += [r[0] for r in old] == [r[0] for r in new]
+            same[1] += 1
+        return (t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000
 
     for u, q in work:  # unmeasured: plans, caches, the big user's routing size
-        once(u, q)
-    got = {"locomo": ([], []), BIG: ([], [])}
+        once(u, q, compare=True)
+    got = {"locomo": ([], [], []), BIG: ([], [], [])}
     for _ in range(args.rounds):
         for u, q in work:
-            v, h = once(u, q)
-            cls = BIG if u == BIG else "locomo"
-            got[cls][0].append(v)
-            got[cls][1].append(h)
+            for into, ms in zip(got[BIG if u == BIG else "locomo"], once(u, q)):
+                if ms is not None:
+                    into.append(ms)
     conn.close()
 
     with psycopg.connect(url) as c:
@@ -196,15 +235,26 @@ def main(argv=None) -> int:
     print(f"k={K}; LoCoMo users {min(small)}-{max(small)} memories ({len(by_user)} users), user {BIG} "
           f"{counts.get(BIG, 0)} memories; {args.rounds} rounds, vector and hybrid interleaved; ms from the client, "
           "query embedding given")
-    print(f"{'users':10s} {'calls':>6s} {'vector p50':>11s} {'p95':>8s} {'hybrid p50':>11s} {'p95':>8s} {'hybrid/vector':>14s}")
+    base_head = f" {'baseline p50':>13s} {'p95':>8s} {'baseline/vector':>16s}" if args.baseline_before else ""
+    print(f"{'users':10s} {'calls':>6s} {'vector p50':>11s} {'p95':>8s} {'hybrid p50':>11s} {'p95':>8s} {'hybrid/vector':>14s}"
+          + base_head)
     rows = []
-    for cls, (v, h) in got.items():
+    for cls, (v, h, b) in got.items():
         vp50, vp95 = statistics.median(v), float(np.percentile(v, 95))
         hp50, hp95 = statistics.median(h), float(np.percentile(h, 95))
-        print(f"{cls:10s} {len(v):6d} {vp50:11.2f} {vp95:8.2f} {hp50:11.2f} {hp95:8.2f} {hp50 / vp50:13.2f}x")
-        rows.append({"users": cls, "calls": len(v), "vector_p50_ms": round(vp50, 3), "vector_p95_ms": round(vp95, 3),
-                     "hybrid_p50_ms": round(hp50, 3), "hybrid_p95_ms": round(hp95, 3),
-                     "ratio_p50": round(hp50 / vp50, 3)})
+        row = {"users": cls, "calls": len(v), "vector_p50_ms": round(vp50, 3), "vector_p95_ms": round(vp95, 3),
+               "hybrid_p50_ms": round(hp50, 3), "hybrid_p95_ms": round(hp95, 3), "ratio_p50": round(hp50 / vp50, 3)}
+        line = f"{cls:10s} {len(v):6d} {vp50:11.2f} {vp95:8.2f} {hp50:11.2f} {hp95:8.2f} {hp50 / vp50:13.2f}x"
+        if b:
+            bp50, bp95 = statistics.median(b), float(np.percentile(b, 95))
+            line += f" {bp50:13.2f} {bp95:8.2f} {bp50 / vp50:15.2f}x"
+            row.update({"baseline_p50_ms": round(bp50, 3), "baseline_p95_ms": round(bp95, 3),
+                        "baseline_ratio_p50": round(bp50 / vp50, 3)})
+        print(line)
+        rows.append(row)
+    if args.baseline_before:
+        print(f"baseline: search_hybrid released before migration {args.baseline_before}; the same top {K} (ids, in "
+              f"order) on {same[0]} of {same[1]} questions")
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "hybrid.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))

@@ -447,11 +447,12 @@ COMMENT ON FUNCTION pgmem._hybrid_formula(double precision, double precision, do
     'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5) and its fusion weights, each NULL argument replaced by its default (text 0.4, vector 0.6, speaker 0.2, session 0.4).';
 
 -- Hybrid recall. Candidates: every memory of the scope when at most pgmem.exact_search_max_rows match, else
--- the best full-text matches (GIN) united with the nearest vectors (HNSW); then one static statement scores
--- them in three static statements (planned once per connection, generic plans): (1) one pass over the candidates
--- by primary key with their session window and vector score (best sentence, context vector); (2) BM25F, the
--- speaker match (once per distinct speaker), the fusion and the session boost over those rows, with hash joins;
--- (3) the k best read back. Every constant of the score is in pgmem._hybrid_formula (docs/recall.md).
+-- the best full-text matches united with the nearest vectors (HNSW); then three static statements score them
+-- (planned once per connection, generic plans): (1) one pass over the candidates (the user's rows hash-joined on
+-- the exact route, by primary key from the pools) with their session window and own cosine; (2) BM25F, the
+-- extra vectors (best sentence, context) of the candidates best by BM25 or nearest by own cosine, the speaker
+-- match (once per distinct speaker), the fusion and the session boost over those rows, with hash joins; (3) the
+-- k best read back. Every constant of the score is in pgmem._hybrid_formula (docs/recall.md).
 CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT NULL::double precision, p_vector_weight double precision DEFAULT NULL::double precision, p_speaker_weight double precision DEFAULT NULL::double precision, p_session_weight double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, p_min_score double precision DEFAULT NULL::double precision)
  RETURNS SETOF pgmem.hybrid_hit
  LANGUAGE plpgsql
@@ -477,7 +478,7 @@ DECLARE
     v_ids uuid[];
     v_cast text;
     v_f record;
-    v_c_pos bigint[]; v_c_id uuid[]; v_c_sess text[]; v_c_dl numeric[]; v_c_speaker text[]; v_c_sim float8[]; v_c_ds float8[];
+    v_c_pos bigint[]; v_c_id uuid[]; v_c_sess text[]; v_c_dl numeric[]; v_c_speaker text[]; v_c_sim float8[];
     v_c_created timestamptz[];
     v_t_pos bigint[]; v_t_idx bigint[]; v_t_n bigint[]; v_t_lexeme text[]; v_t_tf float8[];
     v_h_id uuid[]; v_h_score float8[]; v_h_bs float8[]; v_h_ds float8[]; v_h_sim float8[];
@@ -532,7 +533,9 @@ BEGIN
         END IF;
     END IF;
     IF v_large THEN
-        -- Many rows: candidate pools, the best full-text matches (GIN) and the nearest vectors (HNSW).
+        -- Many rows: candidate pools, the best full-text matches and the nearest vectors (HNSW). (The full-text
+        -- pool reads the tenant's rows by (user_id, space_id): under row-level security the GIN index of fts is
+        -- never used, as @@ is not leakproof; bench/FINDINGS.md H4.)
         IF v_scope IS NULL THEN
             v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
         END IF;
@@ -565,42 +568,64 @@ BEGIN
     SELECT * INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
                                                  p_speaker_weight, p_session_weight);
 
-    -- 1. The candidates in one pass (a nested loop over their ids, by primary key), numbered by session and place
-    --    in it: each one's vector score (best of its own and its sentence vectors, plus its context vector, else
-    --    its own cosine again), its window's document length, and the query terms it holds (one row per term).
-    WITH u AS MATERIALIZED (  -- each cosine computed once
-        SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
-               CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
-               1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim,
-               xv.sentence, xv.context
-        FROM unnest(v_ids) AS c(id)
-        JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
-        LEFT JOIN LATERAL (  -- the best sentence vector, and the context vector (the first by n)
-            SELECT max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
-                   (min(ARRAY[v.n, v.sim]) FILTER (WHERE v.kind = 'context'))[2] AS context
-            FROM (SELECT x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
-                  FROM pgmem.memory_vectors x
-                  WHERE x.user_id = v_user AND x.memory_id = m.id AND p_embedding IS NOT NULL) v) xv ON true),
-    w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
-        SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
-               row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
-               u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
-                   + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl,
-               coalesce(greatest(u.sim, coalesce(u.sentence, -1)) + coalesce(u.context, u.sim), 0) AS ds
-        FROM u
-        WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
-    SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.ds, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
-    INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
-    FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
-                 array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.ds) AS ds,
-                 array_agg(w.created_at) AS created_at FROM w) c,
-         (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
-                 array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
-          FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
-          WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+    -- 1. The candidates in one pass, numbered by session and place in it: each one's own cosine, its window's
+    --    document length, and the query terms it holds (one row per term). Two forms of one statement, the same
+    --    rows: on the exact route every memory of the scope is a candidate, so the memories are read by the
+    --    user's rows and hash-joined to the candidates (one bitmap scan); from the pools (a few hundred of a large
+    --    tenant's rows) a nested loop over their ids, by primary key.
+    IF NOT v_large THEN
+        PERFORM set_config('enable_nestloop', 'off', true);
+        WITH u AS MATERIALIZED (  -- each cosine computed once
+            SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
+                   CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
+                   1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
+            FROM unnest(v_ids) AS c(id)
+            JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id),
+        w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
+            SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
+                   row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
+                   u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
+                       + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl
+            FROM u
+            WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
+        SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
+        INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
+        FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
+                     array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.created_at) AS created_at FROM w) c,
+             (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
+                     array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
+              FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
+              WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+        PERFORM set_config('enable_nestloop', 'on', true);
+    ELSE
+        WITH u AS MATERIALIZED (  -- each cosine computed once
+            SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
+                   CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
+                   1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
+            FROM unnest(v_ids) AS c(id)
+            JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id),
+        w AS MATERIALIZED (  -- pos: the candidate's number, by session and place in it; idx: its place in its session (of n)
+            SELECT u.*, row_number() OVER (ORDER BY u.sess, u.created_at, u.seq) AS pos,
+                   row_number() OVER s AS idx, count(*) OVER (PARTITION BY u.sess) AS n,
+                   u.fts_len + v_f.next_wt * coalesce(lag(u.fts_len, 1) OVER s, 0) + v_f.prev_wt * coalesce(lead(u.fts_len, 1) OVER s, 0)
+                       + v_f.far_wt * coalesce(lag(u.fts_len, 2) OVER s, 0) + v_f.far_wt * coalesce(lead(u.fts_len, 2) OVER s, 0) AS dl
+            FROM u
+            WINDOW s AS (PARTITION BY u.sess ORDER BY u.created_at, u.seq))
+        SELECT c.pos, c.id, c.sess, c.dl, c.speaker, c.sim, c.created_at, h.pos, h.idx, h.n, h.lexeme, h.tf
+        INTO v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_created, v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf
+        FROM (SELECT array_agg(w.pos) AS pos, array_agg(w.id) AS id, array_agg(w.sess) AS sess, array_agg(w.dl) AS dl,
+                     array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.created_at) AS created_at FROM w) c,
+             (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
+                     array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
+              FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
+              WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+    END IF;
 
     -- 2. Scores, over those rows only, with hash joins (a nested loop would rescan the per-candidate aggregates
-    --    for every candidate: the generic plan, planned once per connection, cannot count them).
+    --    for every candidate: the generic plan, planned once per connection, cannot count them). The vector score
+    --    (best of the own and the sentence cosines, plus the context cosine; else the own cosine again) reads
+    --    the extra vectors of the v_pool candidates best by BM25 and the v_pool nearest by their own cosine only
+    --    (4.4 cosines and an index scan each); the others score with their own cosine (docs/recall.md).
     PERFORM set_config('enable_nestloop', 'off', true);
     SELECT array_agg(r.id ORDER BY r.score DESC, r.created_at DESC, r.id), array_agg(r.score ORDER BY r.score DESC, r.created_at DESC, r.id),
            array_agg(r.bs ORDER BY r.score DESC, r.created_at DESC, r.id), array_agg(r.ds ORDER BY r.score DESC, r.created_at DESC, r.id),
@@ -611,8 +636,8 @@ BEGIN
                                        v_f.b AS b, v_f.text_wt AS text_wt, v_f.vector_wt AS vector_wt,
                                        v_f.speaker_wt AS speaker_wt, v_f.session_wt AS session_wt),
         u AS MATERIALIZED (
-            SELECT * FROM unnest(v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_ds, v_c_created)
-                          AS u(pos, id, sess, dl, speaker, sim, ds, created_at)),
+            SELECT * FROM unnest(v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_created)
+                          AS u(pos, id, sess, dl, speaker, sim, created_at)),
         st AS MATERIALIZED (SELECT count(*)::float8 AS n, greatest(avg(u.dl), 1) AS avgdl FROM u),
         spread AS MATERIALIZED (  -- a term counts for its own memory and, less, for its neighbours in the session
             SELECT h.pos + o.off AS tpos, h.lexeme, h.tf * o.wt AS tf
@@ -629,13 +654,28 @@ BEGIN
             SELECT tfe.tpos, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
                                  * tfe.tf * (f.k1 + 1) / (tfe.tf + f.k1 * ((1 - f.b) + f.b * tfe.dl / st.avgdl))) AS s
             FROM tfe JOIN df USING (lexeme) CROSS JOIN st CROSS JOIN f GROUP BY tfe.tpos),
+        near AS MATERIALIZED (  -- the candidates whose extra vectors are read
+            SELECT r.pos, r.id FROM (
+                SELECT u.pos, u.id, bm.s, row_number() OVER (ORDER BY u.sim DESC, u.id) AS by_sim,
+                       row_number() OVER (ORDER BY bm.s DESC NULLS LAST, u.id) AS by_text
+                FROM u LEFT JOIN bm ON bm.tpos = u.pos WHERE p_embedding IS NOT NULL) r
+            WHERE r.by_sim <= v_pool OR (r.s > 0 AND r.by_text <= v_pool)),
+        xv AS MATERIALIZED (  -- their best sentence vector, and their context vector (the first by n)
+            SELECT c.pos, e.sentence, e.context
+            FROM near c CROSS JOIN LATERAL (
+                SELECT max(v.sim) FILTER (WHERE v.kind = 'sentence') AS sentence,
+                       (min(ARRAY[v.n, v.sim]) FILTER (WHERE v.kind = 'context'))[2] AS context
+                FROM (SELECT x.n::float8 AS n, x.kind, 1 - (x.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
+                      FROM pgmem.memory_vectors x WHERE x.user_id = v_user AND x.memory_id = c.id) v) e),
         sp AS MATERIALIZED (  -- speaker match: a lexeme of metadata.speaker is a query term; once per distinct speaker
             SELECT d.speaker, (EXISTS (SELECT 1 FROM unnest(to_tsvector(v_space.text_config, d.speaker)) AS x
                                        WHERE x.lexeme = ANY (v_lexemes)))::integer::float8 AS spk
             FROM (SELECT DISTINCT u.speaker FROM u) d),
         raw AS (
-            SELECT u.id, u.sess, u.created_at, u.sim, u.ds, coalesce(bm.s, 0) AS bs, sp.spk
-            FROM u JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm ON bm.tpos = u.pos),
+            SELECT u.id, u.sess, u.created_at, u.sim,
+                   coalesce(greatest(u.sim, coalesce(xv.sentence, -1)) + coalesce(xv.context, u.sim), 0) AS ds,
+                   coalesce(bm.s, 0) AS bs, sp.spk
+            FROM u JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm ON bm.tpos = u.pos LEFT JOIN xv ON xv.pos = u.pos),
         fused AS (
             SELECT r.*, f.text_wt * coalesce(r.bs / nullif(max(r.bs) OVER (), 0), 0)
                       + f.vector_wt * coalesce(greatest(r.ds, 0) / nullif(max(greatest(r.ds, 0)) OVER (), 0), 0)
@@ -661,4 +701,4 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (GIN + HNSW). Method: docs/recall.md.';
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW). Method: docs/recall.md.';

@@ -360,6 +360,35 @@ def test_fts_holds_the_utc_day_and_a_date_query_finds_it(make_memory, admin):
     assert {"2023", "8", "may", "dog"} <= lexemes(may8)
 
 
+
+def test_extra_vectors_are_read_for_the_best_candidates_only(make_memory, admin, embedder):
+    """The sentence and context vectors of a memory count for its vector score when it is among the max(100, 4k)
+    candidates nearest to the query by its own embedding or among the max(100, 4k) best by BM25; beyond both
+    it scores with its own cosine (best sentence and context replaced by it), and its extra vectors are not
+    read."""
+    alice = make_memory("alice", contextual=False)
+    q = embed(embedder, "zebra stripes")
+    half = np.asarray(q) + embed(embedder, "unrelated")  # the others: nearer than the far one, matching the text
+    alice.add_many([{"content": f"zebra note number {i}", "embedding": half, "session_id": "s"} for i in range(120)])
+    far = alice.add("an unrelated line", embedding=-q).id  # the farthest by its own embedding, no query term
+    register_vector(admin)
+    for n, kind in ((1, "sentence"), (2, "context")):  # its extra vectors are the query itself
+        admin.execute("INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)"
+                      " VALUES ('alice', %s, %s, %s, %s)", [far, n, kind, q])
+
+    def top(k):
+        with gateway_conn(dsn_for(admin.info.dbname)) as conn, conn.transaction():
+            conn.execute("SELECT pgmem.act_as('alice')")
+            return conn.execute(  # vector score only, nearly: its extra vectors would put it first
+                "SELECT id, vector_score FROM pgmem.search_hybrid(p_space => 't64', p_query => 'zebra stripes',"
+                " p_embedding => %s, p_k => %s, p_text_weight => 0.001, p_session_weight => 0)", [q, k]).fetchall()
+
+    assert far not in {i for i, _ in top(10)}  # 121st by own cosine and by BM25 (0): beyond both 100
+    assert far not in {i for i, _ in top(30)}  # pools of 120
+    first = top(40)[0]  # pools of 160: its best sentence (1) and its context (1) count
+    assert first[0] == far and first[1] == pytest.approx(2.0, abs=1e-5)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Extra vectors: 'sentence' and 'context' in pgmem.memory_vectors
 # --------------------------------------------------------------------------------------------------------
@@ -483,3 +512,4 @@ def test_a_bound_agent_reads_only_its_own_users_vectors(make_memory, admin, logi
         assert api.execute("SELECT count(*) FROM pgmem.memory_vectors WHERE memory_id = %s", [a]).fetchone() == (0,)
         assert api.execute("DELETE FROM pgmem.memory_vectors WHERE user_id = 'alice'").rowcount == 0
     assert len(vectors(admin, a)) == 2
+
