@@ -9,7 +9,11 @@
 -- a capped count of the matching rows. For a large tenant that count read thousands of rows on every call
 -- (6.4 of 10 ms per search of a 30,000-row tenant, bench/search.py). A tenant's own size is kept here for
 -- pgmem.route_cache_seconds (default 60): either route returns correct results, so a size a minute old costs
--- speed at worst, never rows (the HNSW route falls back to exact when it finds fewer than k).
+-- speed at worst, never rows (the HNSW route falls back to exact when it finds fewer than k). A filtered
+-- search (agent, session, time range, metadata filter; not as-of) keeps its scope's count the same way, under
+-- its scope key (_scope_key): counting up to 5,001 rows through a metadata filter was most of such a search of
+-- a large tenant (LangGraph's store filters every search by its namespace). Rows of other scopes older than
+-- the cache are removed when a scope's count is stored.
 -- ---------------------------------------------------------------------------------------------------------
 CREATE TABLE pgmem.tenant_sizes (
     user_id     text        NOT NULL,
@@ -17,11 +21,12 @@ CREATE TABLE pgmem.tenant_sizes (
     rows        bigint      NOT NULL,
     complete    boolean     NOT NULL,
     counted_at  timestamptz NOT NULL,
-    CONSTRAINT tenant_sizes_pkey PRIMARY KEY (user_id, space_id),
+    scope       text        NOT NULL DEFAULT '',
+    CONSTRAINT tenant_sizes_pkey PRIMARY KEY (user_id, space_id, scope),
     CONSTRAINT tenant_sizes_space_fkey FOREIGN KEY (space_id) REFERENCES pgmem.spaces (space_id)
 );
 COMMENT ON TABLE pgmem.tenant_sizes IS
-    'Routing cache: the users with more memories in a space than an exact scan should take (rows: at least that many; complete = false), counted by search at most every pgmem.route_cache_seconds (default 60). Smaller tenants are counted on each search instead (cheap), so that their searches stay reads.';
+    'Routing cache: the users with more memories in a space than an exact scan should take (rows: at least that many; complete = false), counted by search at most every pgmem.route_cache_seconds (default 60); scope = '''' for the whole space, else pgmem._scope_key of a filtered search''s scope (the rows matching it). Smaller tenants and scopes are counted on each search instead (cheap), so that their searches stay reads.';
 ALTER TABLE pgmem.tenant_sizes ENABLE ROW LEVEL SECURITY;
 ALTER TABLE pgmem.tenant_sizes FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_sizes_tenant ON pgmem.tenant_sizes
@@ -49,6 +54,23 @@ CREATE TYPE pgmem.hybrid_hit AS (
 COMMENT ON TYPE pgmem.hybrid_hit IS
     'A hybrid search result: the memory, its cosine similarity to the query, the fused score, the raw BM25 text score and the raw vector score (best sentence + context cosine, in [-2, 2]).';
 
+-- The key of a search's scope in pgmem.tenant_sizes: '' for the whole space, else a SHA-256 of the scope's
+-- arguments (times as epoch seconds, so that the session's TimeZone does not change the key; jsonb prints a
+-- filter with its keys in one order).
+CREATE FUNCTION pgmem._scope_key(p_agent_id text, p_session_id text, p_created_after timestamptz,
+                                 p_created_before timestamptz, p_filter jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+    SELECT CASE WHEN p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL AND p_created_before IS NULL
+                     AND (p_filter IS NULL OR p_filter = '{}'::jsonb) THEN ''
+                ELSE encode(sha256(convert_to(jsonb_build_array(p_agent_id, p_session_id, extract(epoch FROM p_created_after),
+                                                                extract(epoch FROM p_created_before), p_filter)::text, 'UTF8')), 'hex')
+           END
+$$;
+COMMENT ON FUNCTION pgmem._scope_key(text, text, timestamptz, timestamptz, jsonb) IS
+    'Internal: the key of a search scope in pgmem.tenant_sizes: the empty text for a whole space, else the hex SHA-256 of its agent, session, time range (epoch seconds) and metadata filter.';
+
 -- Matching rows for routing, capped at p_threshold + 1. Without filters (the tenant's whole space as it holds
 -- now) the cached size serves while fresh; with filters it serves when the tenant is small (a subset is
 -- smaller still); otherwise the rows are counted, and a tenant's own count is stored for the next searches.
@@ -61,18 +83,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
-    v_plain boolean := p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
-                       AND p_created_before IS NULL AND p_as_of IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb);
+    v_cacheable boolean := p_as_of IS NULL;  -- an as-of scope is counted each time
+    v_key text := pgmem._scope_key(p_agent_id, p_session_id, p_created_after, p_created_before, p_filter);
     v_fresh interval := make_interval(secs => coalesce(nullif(current_setting('pgmem.route_cache_seconds', true), '')::integer, 60));
     v_cached pgmem.tenant_sizes;
     v_n bigint;
     v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
-    SELECT * INTO v_cached FROM pgmem.tenant_sizes t WHERE t.user_id = p_user AND t.space_id = p_space.space_id;
-    IF FOUND AND v_cached.counted_at > now() - v_fresh THEN
-        IF v_cached.complete AND (v_plain OR v_cached.rows <= p_threshold) THEN
-            RETURN v_cached.rows;
-        ELSIF NOT v_cached.complete AND v_plain AND v_cached.rows > p_threshold THEN
+    IF v_cacheable THEN
+        SELECT * INTO v_cached FROM pgmem.tenant_sizes t
+        WHERE t.user_id = p_user AND t.space_id = p_space.space_id AND t.scope = v_key;
+        IF FOUND AND v_cached.counted_at > now() - v_fresh AND (v_cached.complete OR v_cached.rows > p_threshold) THEN
             RETURN v_cached.rows;
         END IF;
     END IF;
@@ -83,17 +104,22 @@ BEGIN
     -- Only a large tenant's size is stored: storing makes the search a write whose commit waits for the WAL
     -- flush (2.6 -> 8.0 ms for a small tenant, bench/FINDINGS.md S6), while a small tenant's count is cheap.
     -- A stored size that no longer holds (the tenant shrank) is removed.
-    IF v_plain AND current_setting('transaction_read_only') = 'off' AND (v_n > p_threshold OR v_cached.user_id IS NOT NULL) THEN
+    IF v_cacheable AND current_setting('transaction_read_only') = 'off' AND (v_n > p_threshold OR v_cached.user_id IS NOT NULL) THEN
         -- Best effort: a read-only transaction (a standby) or a concurrent refresh just skips the store.
         BEGIN
             PERFORM set_config('lock_timeout', '20ms', true);
             IF v_n > p_threshold THEN
-                INSERT INTO pgmem.tenant_sizes AS t (user_id, space_id, rows, complete, counted_at)
-                VALUES (p_user, p_space.space_id, v_n, false, now())
-                ON CONFLICT (user_id, space_id) DO UPDATE
+                INSERT INTO pgmem.tenant_sizes AS t (user_id, space_id, scope, rows, complete, counted_at)
+                VALUES (p_user, p_space.space_id, v_key, v_n, false, now())
+                ON CONFLICT (user_id, space_id, scope) DO UPDATE
                     SET rows = EXCLUDED.rows, complete = EXCLUDED.complete, counted_at = EXCLUDED.counted_at;
             ELSE
-                DELETE FROM pgmem.tenant_sizes t WHERE t.user_id = p_user AND t.space_id = p_space.space_id;
+                DELETE FROM pgmem.tenant_sizes t WHERE t.user_id = p_user AND t.space_id = p_space.space_id AND t.scope = v_key;
+            END IF;
+            IF v_key <> '' THEN  -- the tenant's counts of other filtered scopes that are no longer fresh
+                DELETE FROM pgmem.tenant_sizes t
+                WHERE t.user_id = p_user AND t.space_id = p_space.space_id AND t.scope <> '' AND t.scope <> v_key
+                  AND t.counted_at <= now() - v_fresh;
             END IF;
             PERFORM set_config('lock_timeout', v_lock_timeout, true);
         EXCEPTION WHEN lock_not_available OR read_only_sql_transaction OR insufficient_privilege THEN
@@ -104,7 +130,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION pgmem._matching_rows(text, pgmem.spaces, text, pgmem.compiled_filter, integer, text, text, timestamptz, timestamptz, jsonb, timestamptz) IS
-    'Internal: how many memories match a search''s scope, capped at p_threshold + 1, for routing; a large tenant''s own size comes from pgmem.tenant_sizes while fresh (pgmem.route_cache_seconds, default 60).';
+    'Internal: how many memories match a search''s scope, capped at p_threshold + 1, for routing; the count of a large tenant''s space, or of a filtered scope of it (not as-of) holding more than p_threshold rows, comes from pgmem.tenant_sizes while fresh (pgmem.route_cache_seconds, default 60).';
 
 -- The HNSW statement of a space over a scope (slots $1..$10, defined in 40-filters-scope.sql): the ids of
 -- the k nearest rows by the index, in no particular order.
@@ -253,8 +279,6 @@ DECLARE
     v_user text := pgmem._require_user();
     v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
     v_threshold integer := coalesce(nullif(current_setting('pgmem.exact_search_max_rows', true), '')::integer, 5000);
-    v_plain boolean := p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
-                       AND p_created_before IS NULL AND p_as_of IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb);
     v_static boolean := p_as_of IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb);
     v_scope record;
     v_n bigint;
@@ -280,13 +304,15 @@ BEGIN
 
     -- Routing. A shared HNSW index post-filters: for a tenant (or filter) holding a small share of the
     -- space it returns too few rows. So count the matching rows, capped, and scan them exactly when few.
-    -- A plain search of a large tenant whose size is cached (pgmem.tenant_sizes) needs no count at all.
+    -- A search of a large tenant (or of a large filtered scope of it) whose count is cached
+    -- (pgmem.tenant_sizes) needs no count at all.
     IF v_space.index_kind <> 'exact' THEN
-        IF v_plain THEN
+        IF p_as_of IS NULL THEN
             SELECT t.rows, t.rows > v_threshold
                    AND t.counted_at > now() - make_interval(secs => coalesce(nullif(current_setting('pgmem.route_cache_seconds', true), '')::integer, 60))
             INTO v_stored, v_fresh_large
-            FROM pgmem.tenant_sizes t WHERE t.user_id = v_user AND t.space_id = v_space.space_id;
+            FROM pgmem.tenant_sizes t WHERE t.user_id = v_user AND t.space_id = v_space.space_id
+              AND t.scope = pgmem._scope_key(p_agent_id, p_session_id, p_created_after, p_created_before, p_filter);
             IF v_fresh_large THEN
                 v_n := v_stored;
             END IF;
@@ -302,9 +328,7 @@ BEGIN
             v_ids := v_exact.o_ids;
             IF v_n > v_threshold THEN
                 v_ids := NULL;  -- many rows: HNSW below
-                IF v_plain THEN
-                    v_n := NULL;  -- a large tenant without a stored size: counted again just below, which stores it
-                END IF;
+                v_n := NULL;  -- a large scope without a stored count: counted again just below, which stores it
             END IF;
         END IF;
         IF v_n IS NULL THEN
@@ -468,8 +492,6 @@ DECLARE
     v_user text := pgmem._require_user();
     v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
     v_threshold integer := coalesce(nullif(current_setting('pgmem.exact_search_max_rows', true), '')::integer, 5000);
-    v_plain boolean := p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
-                       AND p_created_before IS NULL AND p_as_of IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb);
     v_scope record;
     v_lexemes text[];
     v_tsquery tsquery;
@@ -508,14 +530,16 @@ BEGIN
             SELECT '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''' FROM unnest(v_lexemes) l), ' | ')::tsquery;
     END IF;
 
-    -- Routing, as pgmem.search: a large tenant whose size is cached (plain scope) goes to the pools at once;
-    -- otherwise the scope's ids, capped at the threshold + 1, are both the count and the exact route's candidates.
+    -- Routing, as pgmem.search: a large tenant (or a large filtered scope of it) whose count is cached goes to
+    -- the pools at once; otherwise the scope's ids, capped at the threshold + 1, are both the count and the
+    -- exact route's candidates.
     IF v_space.index_kind <> 'exact' THEN
-        IF v_plain THEN
+        IF p_as_of IS NULL THEN
             SELECT t.rows > v_threshold
                    AND t.counted_at > now() - make_interval(secs => coalesce(nullif(current_setting('pgmem.route_cache_seconds', true), '')::integer, 60))
             INTO v_large
-            FROM pgmem.tenant_sizes t WHERE t.user_id = v_user AND t.space_id = v_space.space_id;
+            FROM pgmem.tenant_sizes t WHERE t.user_id = v_user AND t.space_id = v_space.space_id
+              AND t.scope = pgmem._scope_key(p_agent_id, p_session_id, p_created_after, p_created_before, p_filter);
             v_large := coalesce(v_large, false);
         END IF;
         IF NOT v_large THEN
@@ -524,7 +548,7 @@ BEGIN
             IF cardinality(v_ids) > v_threshold THEN
                 v_large := true;
                 v_ids := NULL;
-                IF v_plain THEN  -- stores the tenant's size (pgmem.tenant_sizes) for the next searches
+                IF p_as_of IS NULL THEN  -- stores the scope's count (pgmem.tenant_sizes) for the next searches
                     v_scope := pgmem._scope_sql(v_space.space_id, p_filter, p_as_of);
                     PERFORM pgmem._matching_rows(v_user, v_space, v_scope.o_sql, v_scope.o_filter, v_threshold,
                                                  p_agent_id, p_session_id, p_created_after, p_created_before, p_filter, p_as_of);
