@@ -134,7 +134,9 @@ def fetch(dsn: str, space: str, data: Path, embedder) -> tuple[dict, list]:
         ud[user] = UserData(ids, sess, nxt, None, emb, [np.vstack(sents[i]) if i in sents else None for i in ids],
                             ctx, [r[5] for r in rs], np.array([r[4] for r in rs], dtype=float),
                             [set(r[6]) for r in rs], gold)
-    qvec = embedder.embed([q.text for q in questions])
+    from pgmem.embedders import embed_queries
+
+    qvec = embed_queries(embedder, [q.text for q in questions])
     feats = []
     for qi, q in enumerate(questions):
         u = ud[q.user]

@@ -2,12 +2,12 @@
 """Retrieval recall of pgmem on fact-style memories: LoCoMo's observations, scored by the turns they cite.
 
     python bench/recall_facts.py --data ../shared/data/locomo/locomo-dev.json [--dsn DSN] [--out bench/out]
-                                 [--limit-conversations N] [--database NAME]
+                                 [--limit-conversations N] [--database NAME] [--embedder KIND]
 
 What it does
 1. Drops and re-creates the database ``pgmem_bench_facts`` (``--database``) on the embedded server or on the
    server of ``--dsn``, migrates it and opens ``Memory(dsn, role="pgmem_gateway")`` with the default MiniLM
-   embedder.
+   embedder (``--embedder e5``: multilingual-e5-small, 4-bit; any ``PGMEM_EMBEDDER`` value is accepted).
 2. Stores every ``observation`` of the conversations (LoCoMo's per-session facts, e.g. "Caroline attended an
    LGBTQ support group recently ...", each citing the turn ids it was drawn from) as one memory of the
    conversation's user (the ``sample_id``), twice:
@@ -19,7 +19,7 @@ What it does
 3. Asks every question of categories 1-4 (as ``bench/recall_locomo.py``: 883 questions on the dev split)
    under its conversation's user, k = 10, in every mode of each space:
    - ``pgmem vector`` / ``pgmem text`` / ``pgmem hybrid``: ``Memory.search(question, mode=...)``;
-   - ``dense``: cosine similarity of the question's MiniLM embedding to each fact's (computed here in numpy
+   - ``dense``: cosine similarity of the question's embedding (the embedder's query embedding) to each fact's (computed here in numpy
      from the vectors pgmem stored: the same ranking as ``pgmem vector``, kept as the plain reference);
    - ``BM25``: Okapi BM25 (``rank_bm25.BM25Okapi``, k1 = 1.5, b = 0.75, its defaults) over the lexemes
      PostgreSQL's ``to_tsvector('english', ...)`` gives (stemmed, stop words removed), question likewise;
@@ -140,6 +140,31 @@ def lexemes(conn, texts: Sequence[str]) -> list[list[str]]:
     return [list(r[1]) for r in rows]
 
 
+class CachedEmbedder:
+    """The embedder, each distinct text embedded once per kind (stored text or query) in the run: both spaces store
+    the same facts, so the second space costs no embedding. The vectors are the embedder's own."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.model_name, self.dims = inner, inner.model_name, inner.dims
+        self.cache: dict[tuple[bool, str], np.ndarray] = {}
+
+    def _get(self, texts, query: bool) -> np.ndarray:
+        from pgmem.embedders import embed_queries
+
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if (query, t) not in self.cache))
+        if missing:
+            vecs = embed_queries(self.inner, missing) if query else self.inner.embed(missing)
+            self.cache.update({(query, t): np.asarray(v, dtype=np.float32) for t, v in zip(missing, vecs)})
+        return np.array([self.cache[(query, t)] for t in texts], dtype=np.float32).reshape(len(texts), self.dims)
+
+    def embed(self, texts) -> np.ndarray:
+        return self._get(texts, False)
+
+    def embed_query(self, texts) -> np.ndarray:
+        return self._get(texts, True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="LoCoMo JSON file (e.g. locomo-dev.json)")
@@ -149,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out", help="output directory")
     ap.add_argument("--limit-conversations", type=int, default=None, metavar="N",
                     help="only the first N conversations of the file")
+    ap.add_argument("--embedder", default="local",
+                    help="embedder kind, as PGMEM_EMBEDDER (default local: all-MiniLM-L6-v2; e5: "
+                         "multilingual-e5-small 4-bit)")
     args = ap.parse_args(argv)
 
     import psycopg
@@ -156,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from pgmem import Memory, MiniLMEmbedder, migrations
+    from pgmem import Memory, migrations
+    from pgmem.embedders import embed_queries, from_config
 
     console = Console(width=None if sys.stdout.isatty() else 140)
     if not args.data.is_file():
@@ -166,11 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts = read_facts(args.data, users)
     dsn = fresh_database(args.dsn, args.database)
     migrations.migrate(dsn)
-    embedder = MiniLMEmbedder()
-    console.print(f"database {args.database} re-created; {len(users)} conversation(s), {len(facts)} facts, "
+    embedder = CachedEmbedder(from_config(embedder=args.embedder))
+    console.print(f"database {args.database} re-created; embedder {embedder.model_name}; {len(users)} "
+                  f"conversation(s), {len(facts)} facts, "
                   f"{len(questions)} questions")
 
-    qvecs = embedder.embed([q.text for q in questions])
+    qvecs = embed_queries(embedder, [q.text for q in questions])
     results: dict[tuple[str, str], dict] = {}
     with psycopg.connect(dsn) as admin:
         qlex = lexemes(admin, [q.text for q in questions])
@@ -227,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"{space}: pgmem hybrid R@10 {results[(space, 'pgmem hybrid')]['r_at_10']:.3f}, best baseline "
                       f"{best} {results[(space, best)]['r_at_10']:.3f}: lead {lead:+.3f}")
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "recall_facts.csv"
+    path = args.out / ("recall_facts.csv" if args.embedder == "local" else f"recall_facts-{args.embedder}.csv")
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         keys = list(next(iter(results.values())))

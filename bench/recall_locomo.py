@@ -2,12 +2,13 @@
 """Retrieval recall of pgmem on LoCoMo conversations (dense, full-text and hybrid search).
 
     python bench/recall_locomo.py --data ../shared/data/locomo/locomo-dev.json [--dsn DSN] [--out bench/out]
-                                  [--limit-conversations N] [--database NAME] [--check]
+                                  [--limit-conversations N] [--database NAME] [--check] [--embedder KIND]
 
 What it does
 1. Drops and re-creates the database ``pgmem_bench_recall`` (on the embedded server, or on the server of
    ``--dsn``, whose user must be allowed to CREATE DATABASE), migrates it and opens
-   ``Memory(dsn, role="pgmem_gateway", space="minilm")`` with the default MiniLM embedder.
+   ``Memory(dsn, role="pgmem_gateway", space="minilm")`` with the default MiniLM embedder (``--embedder e5``:
+   multilingual-e5-small, 4-bit, space ``e5``; any ``PGMEM_EMBEDDER`` value is accepted, docs/embedders.md).
 2. Imports every turn of the file with :func:`pgmem.importer.import_file` (``fmt="locomo"``: one memory per
    turn, user = the conversation's ``sample_id``, ``metadata["dia_id"]`` = the turn's id).
 3. Asks every question of categories 1-4 under its conversation's user with ``Memory.search(question, k=10,
@@ -59,6 +60,12 @@ DATABASE = "pgmem_bench_recall"
 LG_DATABASE = "pgmem_bench_recall_lg"
 SYSTEMS = ("pgmem", "adapter", "postgresstore")
 SPACE = "minilm"
+
+
+def space_for(model_name: str) -> str:
+    """The benchmark's space for an embedder: ``minilm`` for all-MiniLM-L6-v2, ``e5`` for multilingual-e5-small,
+    else ``bench``."""
+    return SPACE if "MiniLM" in model_name else "e5" if "e5" in model_name else "bench"
 MODES = ("vector", "text", "hybrid")
 K = 10
 CATEGORIES = (1, 2, 3, 4)
@@ -177,6 +184,15 @@ class TimedEmbedder:
         t0 = time.perf_counter()
         try:
             return self.inner.embed(texts)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def embed_query(self, texts):
+        from pgmem.embedders import embed_queries
+
+        t0 = time.perf_counter()
+        try:
+            return embed_queries(self.inner, texts)
         finally:
             self.seconds += time.perf_counter() - t0
 
@@ -374,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help=f"comma-separated, of {', '.join(SYSTEMS)} (default pgmem: Memory.search in each mode)")
     ap.add_argument("--reuse", action="store_true",
                     help=f"keep {DATABASE} when it already holds the import (migrate it, skip the import)")
+    ap.add_argument("--embedder", default="local",
+                    help="embedder kind, as PGMEM_EMBEDDER (default local: all-MiniLM-L6-v2; e5: "
+                         "multilingual-e5-small 4-bit); the space is named after it")
     ap.add_argument("--check", action="store_true",
                     help=f"exit 1 when hybrid R@10 < {CHECK_R10} or R@5 < {CHECK_R5}")
     args = ap.parse_args(argv)
@@ -382,7 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from pgmem import Memory, MiniLMEmbedder, importer, migrations
+    from pgmem import Memory, importer, migrations
+    from pgmem.embedders import from_config
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     if not args.data.is_file():
@@ -400,7 +420,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not reused:
         dsn = fresh_database(args.dsn, args.database)
     migrations.migrate(dsn)
-    embedder = TimedEmbedder(MiniLMEmbedder())
+    embedder = TimedEmbedder(from_config(embedder=args.embedder))
+    space = space_for(embedder.model_name)
     console.print(f"database {args.database} {'reused' if reused else 're-created'} and migrated; {len(users)} conversation(s), "
                   f"{len(questions)} questions; modes: {', '.join(modes)}")
 
@@ -408,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TimeRemainingColumn(), console=console)
 
-    with Memory(dsn, role="pgmem_gateway", space=SPACE, embedder=embedder) as memory:
+    console.print(f"embedder {embedder.model_name} ({embedder.dims} dims), space {space}")
+    with Memory(dsn, role="pgmem_gateway", space=space, embedder=embedder) as memory:
         summary = None
         scores: dict[str, Scores] = {}
         if modes and reused:
@@ -465,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "adapter" in systems:
             from pgmem.integrations.langgraph import PgmemStore
 
-            lg_memory = Memory(dsn, role="pgmem_gateway", space=f"{SPACE}-langgraph", embedder=embedder)
+            lg_memory = Memory(dsn, role="pgmem_gateway", space=f"{space}-langgraph", embedder=embedder)
             with lg_memory:
                 scores["pgmem LangGraph store"] = run_store("pgmem LangGraph store", PgmemStore(lg_memory),
                                                             langgraph_batches(records), questions, embedder,
@@ -483,12 +505,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {mode: s.summary() for mode, s in scores.items()}
     print_tables(console, results, len(users))
     args.out.mkdir(parents=True, exist_ok=True)
-    csv_path, png_path = args.out / "recall_locomo.csv", args.out / "recall_locomo.png"
-    write_csv(csv_path, results, {"conversations": len(users), "k": K,
+    suffix = "" if space == SPACE else f"-{space}"
+    csv_path, png_path = args.out / f"recall_locomo{suffix}.csv", args.out / f"recall_locomo{suffix}.png"
+    write_csv(csv_path, results, {"embedder": embedder.model_name, "conversations": len(users), "k": K,
                                   "import_rows": summary.rows if summary else "",
                                   "import_seconds": round(summary.seconds, 2) if summary else "",
                                   "import_rows_per_second": round(summary.rows_per_second, 2) if summary else ""})
-    write_chart(png_path, results, f"pgmem on LoCoMo ({next(iter(results.values()))['questions']} questions, "
+    write_chart(png_path, results, f"pgmem on LoCoMo, {space} ({next(iter(results.values()))['questions']} questions, "
                                    f"{len(users)} conversation(s)), k={K}")
     console.print(f"wrote {csv_path}\nwrote {png_path}")
 

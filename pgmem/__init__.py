@@ -38,7 +38,7 @@ __all__ = [
     "DimensionMismatch", "DuplicateMemory",
     "EditError", "Embedder", "EmbedderConfig", "EmbedderError", "EmbeddingSpaceMismatch", "HistoryEvent", "IdentityError",
     "InvalidFilter", "Memory", "MemoryRecord", "NeedleNotFound", "NotFound", "Page", "PermissionDenied",
-    "MiniLMEmbedder", "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "SummariserError", "Space", "SpaceStats",
+    "E5SmallEmbedder", "MiniLMEmbedder", "OpenAIEmbedder", "PgmemError", "SchemaError", "ScopeRequired", "SentenceTransformerEmbedder", "SummariserError", "Space", "SpaceStats",
     "QueueFull", "ValidationError", "Context", "ContextItem", "PurgeResult", "Source", "Turn", "UnsafePath", "VersionConflict", "WriterClosed", "WriterReport", "default_embedder", "from_config",
 ]
 
@@ -48,7 +48,7 @@ _LAZY = {
     "AsyncMemory": "aio",
     **{name: "client" for name in ("AddResult", "Context", "ContextItem", "HistoryEvent", "Memory", "MemoryRecord",
                                    "Page", "PurgeResult", "Source", "Space", "SpaceStats", "Turn")},
-    **{name: "embedders" for name in ("Embedder", "EmbedderConfig", "MiniLMEmbedder", "OpenAIEmbedder",
+    **{name: "embedders" for name in ("E5SmallEmbedder", "Embedder", "EmbedderConfig", "MiniLMEmbedder", "OpenAIEmbedder",
                                       "SentenceTransformerEmbedder", "default_embedder", "from_config")},
     **{name: "writer" for name in ("BackgroundWriter", "QueueFull", "WriterClosed", "WriterReport")},
 }
@@ -60,8 +60,8 @@ if TYPE_CHECKING:
         SpaceStats, Turn,
     )
     from .embedders import (
-        Embedder, EmbedderConfig, MiniLMEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, default_embedder,
-        from_config,
+        E5SmallEmbedder, Embedder, EmbedderConfig, MiniLMEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder,
+        default_embedder, from_config,
     )
     from .writer import BackgroundWriter, QueueFull, WriterClosed, WriterReport
 

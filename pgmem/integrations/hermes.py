@@ -118,8 +118,8 @@ def load_config(hermes_home: Optional[str] = None, overrides: Optional[Dict[str,
 
 
 def make_embedder(spec: Optional[str]) -> Any:
-    """An embedder from the provider's ``embedder`` setting (``local``, ``http``, ``openai:MODEL:DIMS``,
-    ``sentence-transformers`` or ``package.module:Factory``); unset, pgmem's shared embedder configuration
+    """An embedder from the provider's ``embedder`` setting (``local``, ``e5``, ``http``,
+    ``openai:MODEL:DIMS``, ``sentence-transformers`` or ``package.module:Factory``); unset, pgmem's shared embedder configuration
     (environment, then ``~/.config/pgmem/config.toml``) decides: :func:`pgmem.embedders.from_config`."""
     from ..embedders import from_config
 
@@ -222,7 +222,7 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
             {"key": "user", "description": "pgmem user when the host names none (default: your login name)",
              "env_var": "PGMEM_USER"},
             {"key": "space", "description": "Embedding space", "default": "default"},
-            {"key": "embedder", "description": "Embedder: local, http, openai:MODEL:DIMS or package.module:Factory "
+            {"key": "embedder", "description": "Embedder: local, e5, http, openai:MODEL:DIMS or package.module:Factory "
              "(empty: pgmem's shared embedder configuration)"},
         ]
 
