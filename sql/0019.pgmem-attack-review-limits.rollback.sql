@@ -2,6 +2,10 @@
 DO $pgmem$ BEGIN PERFORM '[1]'::vector; END $pgmem$;
 
 DO $pgmem$ BEGIN PERFORM pgmem._define($def$
+DROP FUNCTION pgmem._check_batch_vectors(p_n integer, p_items integer[], p_kinds text[], p_vectors @vector@.vector[])
+$def$); END $pgmem$;
+
+DO $pgmem$ BEGIN PERFORM pgmem._define($def$
 CREATE OR REPLACE FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings @vector@.vector[], p_agent_ids text[] DEFAULT NULL::text[], p_session_ids text[] DEFAULT NULL::text[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_expires_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_model text DEFAULT NULL::text, p_created_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_vector_items integer[] DEFAULT NULL::integer[], p_vector_kinds text[] DEFAULT NULL::text[], p_vectors @vector@.vector[] DEFAULT NULL::@vector@.vector[], p_ids uuid[] DEFAULT NULL::uuid[], p_user_ids text[] DEFAULT NULL::text[])
  RETURNS TABLE(ordinal integer, id uuid, created boolean)
  LANGUAGE plpgsql

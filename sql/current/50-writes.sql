@@ -27,6 +27,39 @@ END
 $$;
 COMMENT ON FUNCTION pgmem._store_vectors(text, uuid, text[], vector[]) IS 'Internal: store a memory''s extra vectors (kinds sentence, context).';
 
+-- The extra vectors of a batch of n memories (add_batch, put_keyed), checked before any write: the three arrays
+-- of one length, item numbers from 0 to n - 1, and as pgmem.add (_store_vectors) at most 1000 a memory, of
+-- kinds sentence or context, none NULL.
+CREATE FUNCTION pgmem._check_batch_vectors(p_n integer, p_items integer[], p_kinds text[], p_vectors @vector@.vector[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_bad integer;
+BEGIN
+    IF coalesce(cardinality(p_items), 0) <> coalesce(cardinality(p_kinds), 0)
+       OR coalesce(cardinality(p_items), 0) <> coalesce(cardinality(p_vectors), 0) THEN
+        RAISE EXCEPTION 'extra vectors: items, kinds and vectors must have the same length' USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= p_n) THEN
+        RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', p_n - 1 USING ERRCODE = 'PGM08';
+    END IF;
+    SELECT min(e.item) INTO v_bad FROM unnest(p_items) AS e(item) GROUP BY e.item HAVING count(*) > 1000;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'item %: a memory holds at most 1000 extra vectors', v_bad USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_kinds) AS e(kind) WHERE e.kind IS NULL OR e.kind NOT IN ('sentence', 'context')) THEN
+        RAISE EXCEPTION 'extra vectors: a kind is sentence or context' USING ERRCODE = 'PGM08';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_vectors) AS e(v) WHERE e.v IS NULL) THEN
+        RAISE EXCEPTION 'extra vectors: an extra vector is NULL' USING ERRCODE = 'PGM08';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION pgmem._check_batch_vectors(integer, integer[], text[], vector[]) IS
+    'Internal: raise PGM08 unless a batch of p_n memories'' extra vectors are well formed (same-length arrays, items 0..p_n-1, at most 1000 a memory, kinds sentence or context, no NULL).';
+
 CREATE FUNCTION pgmem._expire_conflicts(p_user text, p_space pgmem.spaces, p_hashes bytea[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
@@ -177,24 +210,7 @@ BEGIN
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'item %: user id must be a non-empty text of at most 256 characters', v_bad - 1 USING ERRCODE = 'PGM08';
     END IF;
-    IF coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vector_kinds), 0)
-       OR coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vectors), 0) THEN
-        RAISE EXCEPTION 'extra vectors: items, kinds and vectors must have the same length' USING ERRCODE = 'PGM08';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_vector_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= v_n) THEN
-        RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
-    END IF;
-    -- As pgmem.add (pgmem._store_vectors): at most 1000 a memory, of kinds sentence or context, none NULL.
-    SELECT min(e.item) INTO v_bad FROM unnest(p_vector_items) AS e(item) GROUP BY e.item HAVING count(*) > 1000;
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'item %: a memory holds at most 1000 extra vectors', v_bad USING ERRCODE = 'PGM08';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_vector_kinds) AS e(kind) WHERE e.kind IS NULL OR e.kind NOT IN ('sentence', 'context')) THEN
-        RAISE EXCEPTION 'extra vectors: a kind is sentence or context' USING ERRCODE = 'PGM08';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_vectors) AS e(v) WHERE e.v IS NULL) THEN
-        RAISE EXCEPTION 'extra vectors: an extra vector is NULL' USING ERRCODE = 'PGM08';
-    END IF;
+    PERFORM pgmem._check_batch_vectors(v_n, p_vector_items, p_vector_kinds, p_vectors);
 
     -- One pass per user, users in sorted order: two concurrent batches for the same users then take their
     -- locks in the same order (as items are inserted in content-hash order within a user). Each pass acts
@@ -704,24 +720,7 @@ BEGIN
                 USING ERRCODE = 'PGM08';
         END;
     END IF;
-    IF coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vector_kinds), 0)
-       OR coalesce(cardinality(p_vector_items), 0) <> coalesce(cardinality(p_vectors), 0) THEN
-        RAISE EXCEPTION 'extra vectors: items, kinds and vectors must have the same length' USING ERRCODE = 'PGM08';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_vector_items) AS e(item) WHERE e.item IS NULL OR e.item < 0 OR e.item >= v_n) THEN
-        RAISE EXCEPTION 'extra vectors: item numbers must be from 0 to %', v_n - 1 USING ERRCODE = 'PGM08';
-    END IF;
-    -- As pgmem.add (pgmem._store_vectors): at most 1000 a memory, of kinds sentence or context, none NULL.
-    SELECT min(e.item) INTO v_bad FROM unnest(p_vector_items) AS e(item) GROUP BY e.item HAVING count(*) > 1000;
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'item %: a memory holds at most 1000 extra vectors', v_bad USING ERRCODE = 'PGM08';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_vector_kinds) AS e(kind) WHERE e.kind IS NULL OR e.kind NOT IN ('sentence', 'context')) THEN
-        RAISE EXCEPTION 'extra vectors: a kind is sentence or context' USING ERRCODE = 'PGM08';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_vectors) AS e(v) WHERE e.v IS NULL) THEN
-        RAISE EXCEPTION 'extra vectors: an extra vector is NULL' USING ERRCODE = 'PGM08';
-    END IF;
+    PERFORM pgmem._check_batch_vectors(v_n, p_vector_items, p_vector_kinds, p_vectors);
 
     -- The tenant's lock row (pgmem.key_locks), made on first use, held until the caller's transaction ends.
     INSERT INTO pgmem.key_locks AS l (user_id, space_id) VALUES (v_user, v_space.space_id) ON CONFLICT DO NOTHING;
