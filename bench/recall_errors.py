@@ -39,7 +39,10 @@ What it measures
    called with other weights (its ``p_text_weight``, ``p_vector_weight``, ``p_speaker_weight``,
    ``p_session_weight`` arguments, which ``Memory.search`` does not expose; NULL = the formula's default,
    docs/recall.md), and for a two-query merge (:func:`merge_rankings`: the question and its words naming
-   the conversation's speakers removed, ranked lists interleaved). The defaults are not changed.
+   the conversation's speakers removed, ranked lists interleaved), and for a session cap (:func:`cap_per_session`:
+   the hybrid list of k=100 re-ranked with at most 2 or 3 hits per session in the top 10, beside the top 10 of
+   that same list), and R@20 / R@50 read from that list (what asking for more results buys). The defaults are
+   not changed.
 
 Output: the report (markdown) at ``--out`` (default ``bench/out/recall_errors[-SPACE].md``) and a summary
 on stdout. Needs ``pip install 'pgmem-agents[local,bench]'``.
@@ -63,6 +66,8 @@ from recall_locomo import CATEGORIES, CATEGORY_NAMES, K, Question, load, session
 DEPTH = 100          # ranks are looked up among the first DEPTH results of each mode
 TOP = 5              # hybrid hits shown per failing question
 MODES = ("hybrid", "vector", "text")
+DEEPER = (20, 50)    # --variants: recall at a larger k, read from the k=100 list
+CAPS = (2, 3)        # --variants: at most this many hits of one session in the top k (from the k=100 list)
 # Weight variants of --variants: name -> (text, vector, speaker, session) weights; None = the default.
 VARIANTS: dict[str, tuple[float | None, float | None, float | None, float | None]] = {
     "default": (None, None, None, None),
@@ -75,7 +80,7 @@ VARIANTS: dict[str, tuple[float | None, float | None, float | None, float | None
 
 
 # --------------------------------------------------------------------------------------------------------
-# Pure logic (tested in tests/packaging/test_bench_recall_errors.py)
+# Pure logic (tested in tests/bench/test_recall_errors.py)
 # --------------------------------------------------------------------------------------------------------
 def evidence_ranks(evidence: Sequence[str], ranked_gold: Sequence[Iterable[str]]) -> dict[str, int | None]:
     """For each evidence turn id, the 1-based rank of the first result standing for it (``ranked_gold[i]``:
@@ -123,6 +128,39 @@ def merge_rankings(lists: Sequence[Sequence[str]], k: int) -> list[str]:
                 out.append(x[i])
                 if len(out) == k:
                     return out
+    return out
+
+
+def cap_per_session(ranked: Sequence[str], sessions: Sequence[str | None], cap: int, k: int) -> list[str]:
+    """The first ``k`` of ``ranked`` taking at most ``cap`` per session in rank order, then, if fewer than
+    ``k`` were taken, the skipped ones in rank order (memories without a session are never capped)."""
+    taken: list[str] = []
+    skipped: list[str] = []
+    per: dict[str, int] = {}
+    for item, sess in zip(ranked, sessions):
+        if sess is not None and per.get(sess, 0) >= cap:
+            skipped.append(item)
+            continue
+        if sess is not None:
+            per[sess] = per.get(sess, 0) + 1
+        taken.append(item)
+        if len(taken) == k:
+            return taken
+    return (taken + skipped)[:k]
+
+
+def rank_buckets(ranks: Iterable[int | None], k: int = K) -> dict[str, int]:
+    """Counts of ranks past ``k``: ``k+1..2k``, ``2k+1..50``, ``51..100``, ``>100`` (None)."""
+    out = {f"{k + 1}-{2 * k}": 0, f"{2 * k + 1}-50": 0, "51-100": 0, ">100": 0}
+    for r in ranks:
+        if r is None or r > 100:
+            out[">100"] += 1
+        elif r > 50:
+            out["51-100"] += 1
+        elif r > 2 * k:
+            out[f"{2 * k + 1}-50"] += 1
+        elif r > k:
+            out[f"{k + 1}-{2 * k}"] += 1
     return out
 
 
@@ -202,11 +240,34 @@ def short(text: str, n: int = 220) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def write_report(path: Path, header: str, per_cat: dict[int, tuple[int, int, list[Failure]]],
+def summary_lines(cat: int, n: int, failing: Sequence[Failure], facts: bool, citing: dict) -> list[str]:
+    """Where the evidence turns missing from the hybrid top 10 of every failing question of ``cat`` rank."""
+    missing = [(f, e) for f in failing for e in dict.fromkeys(f.question.evidence)
+               if f.ranks["hybrid"][e] is None or f.ranks["hybrid"][e] > K]
+    b = rank_buckets(f.ranks["hybrid"][e] for f, e in missing)
+    in_v = sum(1 for f, e in missing if (f.ranks["vector"][e] or DEPTH + 1) <= K)
+    in_t = sum(1 for f, e in missing if (f.ranks["text"][e] or DEPTH + 1) <= K)
+    partial = sum(1 for f in failing if recall_at(f.ranks["hybrid"], f.question.evidence) > 0)
+    ev = [len(set(f.question.evidence)) for f in failing]
+    sess = [len({session_of(e) for e in f.question.evidence}) for f in failing]
+    out = [f"{CATEGORY_NAMES[cat]}: {len(failing)} of {n} questions fail; {partial} of them have part of their "
+           f"evidence in the top {K}; evidence turns per failing question {sum(ev) / max(len(ev), 1):.1f}, sessions "
+           f"{sum(sess) / max(len(sess), 1):.1f}; {len(missing)} evidence turns missing, hybrid rank "
+           + ", ".join(f"{k} {v}" for k, v in b.items())
+           + f"; of them in the vector top {K}: {in_v}, in the text top {K}: {in_t}"]
+    if facts:
+        uncited = sum(1 for f, e in missing if not citing.get((f.question.user, e)))
+        out[0] += f"; cited by no fact: {uncited}"
+    return out
+
+
+def write_report(path: Path, header: str, per_cat: dict[int, tuple[int, list[Failure], list[Failure]]],
                  turns: dict[tuple[str, str], Turn], facts: bool, citing: dict) -> None:
     lines = [header, ""]
-    for cat, (n, n_fail, shown) in per_cat.items():
-        lines += [f"## {cat} {CATEGORY_NAMES[cat]}: {n_fail} of {n} questions fail (R@10 < 1), {len(shown)} shown", ""]
+    for cat, (n, failing, shown) in per_cat.items():
+        lines += summary_lines(cat, n, failing, facts, citing) + [""]
+    for cat, (n, failing, shown) in per_cat.items():
+        lines += [f"## {cat} {CATEGORY_NAMES[cat]}: {len(failing)} of {n} questions fail (R@10 < 1), {len(shown)} shown", ""]
         for i, f in enumerate(shown, start=1):
             q = f.question
             lines += [f"### {CATEGORY_NAMES[cat]} {i}. [{q.user}] {q.text}", "", f"- gold answer: {f.answer}"]
@@ -235,7 +296,7 @@ def write_report(path: Path, header: str, per_cat: dict[int, tuple[int, int, lis
 # Variants
 # --------------------------------------------------------------------------------------------------------
 VARIANT_SQL = """
-SELECT m.metadata FROM pgmem.search_hybrid(p_space => pgmem.as_user(%(user)s::text, %(space)s::text),
+SELECT m.metadata, m.session_id FROM pgmem.search_hybrid(p_space => pgmem.as_user(%(user)s::text, %(space)s::text),
     p_query => %(query)s::text, p_embedding => %(embedding)s::vector, p_k => %(k)s::integer,
     p_text_weight => %(tw)s::float8, p_vector_weight => %(vw)s::float8, p_speaker_weight => %(pw)s::float8,
     p_session_weight => %(sw)s::float8) m"""
@@ -247,7 +308,8 @@ def run_variants(dsn: str, space: str, questions: Sequence[Question], embedder, 
     import psycopg
     from pgmem.embedders import embed_queries
 
-    names = list(VARIANTS) + ["two queries"]
+    names = list(VARIANTS) + ["two queries", f"top {K} of k={DEPTH}"] + [f"at most {c} per session" for c in CAPS] \
+        + [f"R@{d} (not top {K}: k={d})" for d in DEEPER]
     out: dict[str, dict[int, list[float]]] = {v: {c: [] for c in CATEGORIES} for v in names}
     subs = [without_names(q.text, speakers.get(q.user, [])) for q in questions]
     texts = [q.text for q in questions] + [s for s in subs if s]
@@ -256,11 +318,14 @@ def run_variants(dsn: str, space: str, questions: Sequence[Question], embedder, 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET ROLE pgmem_gateway")
 
-        def ranked(q: Question, text: str, w) -> list[list[str]]:
+        def search(q: Question, text: str, w, k: int = K) -> list[tuple[list[str], str | None]]:
             rows = conn.execute(VARIANT_SQL, {"user": q.user, "space": space, "query": text,
                                               "embedding": "[" + ",".join(f"{x:.7g}" for x in vec_of[text]) + "]",
-                                              "k": K, "tw": w[0], "vw": w[1], "pw": w[2], "sw": w[3]}).fetchall()
-            return [list(r[0].get("cites") or []) if facts else [r[0].get("dia_id")] for r in rows]
+                                              "k": k, "tw": w[0], "vw": w[1], "pw": w[2], "sw": w[3]}).fetchall()
+            return [(list(r[0].get("cites") or []) if facts else [r[0].get("dia_id")], r[1]) for r in rows]
+
+        def ranked(q: Question, text: str, w) -> list[list[str]]:
+            return [g for g, _ in search(q, text, w)]
 
         t0 = time.perf_counter()
         for i, (q, sub) in enumerate(zip(questions, subs)):
@@ -277,6 +342,17 @@ def run_variants(dsn: str, space: str, questions: Sequence[Question], embedder, 
                 by_key = {key(g): g for g in base + other}
                 merged = [by_key[x] for x in merge_rankings([[key(g) for g in base], [key(g) for g in other]], K)]
             out["two queries"][q.category].append(recall_at(evidence_ranks(q.evidence, merged), q.evidence))
+            deep = search(q, q.text, VARIANTS["default"], DEPTH)
+            ids = [str(i) for i in range(len(deep))]
+            out[f"top {K} of k={DEPTH}"][q.category].append(
+                recall_at(evidence_ranks(q.evidence, [g for g, _ in deep[:K]]), q.evidence))
+            for depth in DEEPER:
+                out[f"R@{depth} (not top {K}: k={depth})"][q.category].append(
+                    recall_at(evidence_ranks(q.evidence, [g for g, _ in deep]), q.evidence, depth))
+            for cap in CAPS:
+                top = cap_per_session(ids, [sess for _, sess in deep], cap, K)
+                out[f"at most {cap} per session"][q.category].append(
+                    recall_at(evidence_ranks(q.evidence, [deep[int(i)][0] for i in top]), q.evidence))
             if (i + 1) % 200 == 0:
                 console.print(f"variants: {i + 1}/{len(questions)} questions, {time.perf_counter() - t0:.0f} s")
     return out
@@ -333,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or Path(__file__).resolve().parent / "out" / (
         "recall_errors.md" if args.space == "minilm" else f"recall_errors-{args.space}.md")
 
-    per_cat: dict[int, tuple[int, int, list[Failure]]] = {}
+    per_cat: dict[int, tuple[int, list[Failure], list[Failure]]] = {}
     citing: dict[tuple[str, str], list[str]] = {}
     with Memory(dsn, role="pgmem_gateway", space=args.space, embedder=embedder) as memory:
         if facts:
@@ -362,8 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if recall_at(ranks["hybrid"], q.evidence) < 1:
                     failing.append(Failure(q, answers.get((q.user, q.text), ""), ranks, hits))
             shown = sample_failing(failing, args.limit, args.seed)
-            per_cat[cat] = (len(qs), len(failing), shown)
-            console.print(f"{cat} {CATEGORY_NAMES[cat]}: {len(failing)} of {len(qs)} questions fail, {len(shown)} shown")
+            per_cat[cat] = (len(qs), failing, shown)
+            console.print(summary_lines(cat, len(qs), failing, facts, citing)[0])
 
     header = (f"# Failing questions, space {args.space}, database {args.database}\n\n"
               f"Hybrid R@10 < 1; ranks among the first {DEPTH} of hybrid / vector / text; seed {args.seed}. "
