@@ -41,7 +41,8 @@ What it measures
    docs/recall.md), and for a two-query merge (:func:`merge_rankings`: the question and its words naming
    the conversation's speakers removed, ranked lists interleaved), and for a session cap (:func:`cap_per_session`:
    the hybrid list of k=100 re-ranked with at most 2 or 3 hits per session in the top 10, beside the top 10 of
-   that same list), and R@20 / R@50 read from that list (what asking for more results buys). The defaults are
+   that same list), for turns each hit of that list followed by its next (or previous) turn of the session
+   (:func:`with_neighbours`: 10 ids from the first 5-10 hits), and R@20 / R@50 read from that list (what asking for more results buys). The defaults are
    not changed.
 
 Output: the report (markdown) at ``--out`` (default ``bench/out/recall_errors[-SPACE].md``) and a summary
@@ -56,7 +57,7 @@ import random
 import re
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,6 +150,21 @@ def cap_per_session(ranked: Sequence[str], sessions: Sequence[str | None], cap: 
     return (taken + skipped)[:k]
 
 
+def with_neighbours(ranked: Sequence[str], offset: int, exists: Callable[[str], bool], k: int) -> list[str]:
+    """The first ``k`` of: each turn id of ``ranked`` followed by the turn ``offset`` places from it in its
+    session (``D3:7`` with offset 1 -> ``D3:8``) when ``exists`` says there is one; repeats dropped."""
+    out: list[str] = []
+    for tid in ranked:
+        m = re.match(r"D(\d+):(\d+)$", tid or "")
+        nxt = f"D{m.group(1)}:{int(m.group(2)) + offset}" if m else None
+        for x in (tid, nxt if nxt and exists(nxt) else None):
+            if x and x not in out:
+                out.append(x)
+                if len(out) == k:
+                    return out
+    return out
+
+
 def rank_buckets(ranks: Iterable[int | None], k: int = K) -> dict[str, int]:
     """Counts of ranks past ``k``: ``k+1..2k``, ``2k+1..50``, ``51..100``, ``>100`` (None)."""
     out = {f"{k + 1}-{2 * k}": 0, f"{2 * k + 1}-50": 0, "51-100": 0, ">100": 0}
@@ -188,7 +204,7 @@ class Failure:
     question: Question
     answer: str
     ranks: dict[str, dict[str, int | None]]          # mode -> evidence id -> rank
-    hits: list = field(default_factory=list)          # top hybrid MemoryRecords
+    hits: list = field(default_factory=list)          # the hybrid top 10 (MemoryRecords; TOP of them shown)
 
 
 def answers_of(path: Path) -> dict[tuple[str, str], str]:
@@ -255,6 +271,12 @@ def summary_lines(cat: int, n: int, failing: Sequence[Failure], facts: bool, cit
            f"{sum(sess) / max(len(sess), 1):.1f}; {len(missing)} evidence turns missing, hybrid rank "
            + ", ".join(f"{k} {v}" for k, v in b.items())
            + f"; of them in the vector top {K}: {in_v}, in the text top {K}: {in_t}"]
+    if not facts:
+        def adjacent(f: Failure, e: str) -> bool:
+            m = re.match(r"D(\d+):(\d+)$", e)
+            near = {f"D{m.group(1)}:{int(m.group(2)) + d}" for d in (-1, 1)} if m else set()
+            return bool(near & {g for h in f.hits for g in gold_of(h, False)})
+        out[0] += f"; next to (+-1 turn) a top-{K} hit: {sum(1 for f, e in missing if adjacent(f, e))}"
     if facts:
         uncited = sum(1 for f, e in missing if not citing.get((f.question.user, e)))
         out[0] += f"; cited by no fact: {uncited}"
@@ -303,12 +325,14 @@ SELECT m.metadata, m.session_id FROM pgmem.search_hybrid(p_space => pgmem.as_use
 
 
 def run_variants(dsn: str, space: str, questions: Sequence[Question], embedder, facts: bool,
-                 speakers: dict[str, list[str]], console) -> dict[str, dict[int, list[float]]]:
+                 speakers: dict[str, list[str]], turn_ids: set[tuple[str, str]],
+                 console) -> dict[str, dict[int, list[float]]]:
     """R@10 per question of each weight variant, and of the two-query merge, per category."""
     import psycopg
     from pgmem.embedders import embed_queries
 
     names = list(VARIANTS) + ["two queries", f"top {K} of k={DEPTH}"] + [f"at most {c} per session" for c in CAPS] \
+        + ([] if facts else ["each hit and its next turn", "each hit and its previous turn"]) \
         + [f"R@{d} (not top {K}: k={d})" for d in DEEPER]
     out: dict[str, dict[int, list[float]]] = {v: {c: [] for c in CATEGORIES} for v in names}
     subs = [without_names(q.text, speakers.get(q.user, [])) for q in questions]
@@ -346,6 +370,12 @@ def run_variants(dsn: str, space: str, questions: Sequence[Question], embedder, 
             ids = [str(i) for i in range(len(deep))]
             out[f"top {K} of k={DEPTH}"][q.category].append(
                 recall_at(evidence_ranks(q.evidence, [g for g, _ in deep[:K]]), q.evidence))
+            if not facts:
+                ids_deep = [g[0] for g, _ in deep]
+                for off, label in ((1, "next"), (-1, "previous")):
+                    top = with_neighbours(ids_deep, off, lambda t, u=q.user: (u, t) in turn_ids, K)
+                    out[f"each hit and its {label} turn"][q.category].append(
+                        recall_at(evidence_ranks(q.evidence, [[t] for t in top]), q.evidence))
             for depth in DEEPER:
                 out[f"R@{depth} (not top {K}: k={depth})"][q.category].append(
                     recall_at(evidence_ranks(q.evidence, [g for g, _ in deep]), q.evidence, depth))
@@ -448,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"wrote {out}")
 
     if args.variants:
-        res = run_variants(dsn, args.space, questions, embedder, facts, speakers, console)
+        res = run_variants(dsn, args.space, questions, embedder, facts, speakers, set(turns), console)
         table = variants_table(res)
         console.print("\n".join(table))
         with open(out, "a", encoding="utf-8") as fh:

@@ -58,3 +58,10 @@ def test_names_are_removed_from_a_question_with_their_possessive():
     assert re_.without_names("What do Jon and Gina's friends like?", ["Jon", "Gina"]) == "What do and friends like?"
     assert re_.without_names("What did she buy?", ["Jon"]) is None
     assert re_.without_names("Jon?", ["Jon"]) is None
+
+
+def test_each_hit_is_followed_by_its_neighbour_turn_when_there_is_one():
+    turns = {"D3:7", "D3:8", "D1:2", "D5:1"}
+    assert re_.with_neighbours(["D3:7", "D3:8", "D1:1", "D5:1"], 1, turns.__contains__, 4) == \
+        ["D3:7", "D3:8", "D1:1", "D1:2"]
+    assert re_.with_neighbours(["D5:1", "D3:8"], -1, turns.__contains__, 10) == ["D5:1", "D3:8", "D3:7"]
