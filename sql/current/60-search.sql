@@ -500,7 +500,7 @@ DECLARE
     v_ids uuid[];
     v_cast text;
     v_f record;
-    v_c_pos bigint[]; v_c_id uuid[]; v_c_sess text[]; v_c_dl numeric[]; v_c_speaker text[]; v_c_sim float8[];
+    v_c_pos bigint[]; v_c_id uuid[]; v_c_sess text[]; v_c_dl float8[]; v_c_speaker text[]; v_c_sim float8[];
     v_c_created timestamptz[];
     v_t_pos bigint[]; v_t_idx bigint[]; v_t_n bigint[]; v_t_lexeme text[]; v_t_tf float8[];
     v_h_id uuid[]; v_h_score float8[]; v_h_bs float8[]; v_h_ds float8[]; v_h_sim float8[];
@@ -598,8 +598,10 @@ BEGIN
     END IF;
 
     -- Every constant of the score (text mode: no vector weight).
-    SELECT * INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
-                                                 p_speaker_weight, p_session_weight);
+    SELECT x.next_wt::float8 AS next_wt, x.prev_wt::float8 AS prev_wt, x.far_wt::float8 AS far_wt, x.k1::float8 AS k1,
+           x.b::float8 AS b, x.text_wt, x.vector_wt, x.speaker_wt, x.session_wt
+    INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
+                                        p_speaker_weight, p_session_weight) x;
 
     -- 1. The candidates in one pass, numbered by session and place in it: each one's own cosine, its window's
     --    document length, and the query terms it holds (one row per term). Two forms of one statement, the same
@@ -608,9 +610,10 @@ BEGIN
     --    tenant's rows) a nested loop over their ids, by primary key.
     IF NOT v_large THEN
         PERFORM set_config('enable_nestloop', 'off', true);
-        WITH u AS MATERIALIZED (  -- each cosine computed once
+        WITH u AS MATERIALIZED (  -- each cosine computed once; fts: only the query's lexemes (fts has no weights, so
+                                  -- the query's lexemes marked A and the A ones kept are exactly those, positions kept)
             SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
-                   CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
+                   ts_filter(setweight(m.fts, 'A', v_lexemes), '{a}') AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
                    1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
             FROM unnest(v_ids) AS c(id)
             JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id),
@@ -627,13 +630,13 @@ BEGIN
                      array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.created_at) AS created_at FROM w) c,
              (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
                      array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
-              FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
-              WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+              FROM w CROSS JOIN LATERAL unnest(w.fts) AS x) h;
         PERFORM set_config('enable_nestloop', 'on', true);
     ELSE
-        WITH u AS MATERIALIZED (  -- each cosine computed once
+        WITH u AS MATERIALIZED (  -- each cosine computed once; fts: only the query's lexemes (fts has no weights, so
+                                  -- the query's lexemes marked A and the A ones kept are exactly those, positions kept)
             SELECT m.id, coalesce(m.session_id, m.id::text) AS sess, m.created_at, m.seq, m.fts_len,
-                   CASE WHEN m.fts @@ v_tsquery THEN m.fts END AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
+                   ts_filter(setweight(m.fts, 'A', v_lexemes), '{a}') AS fts, coalesce(m.metadata ->> 'speaker', '') AS speaker,
                    1 - (m.embedding OPERATOR(@vector@.<=>) p_embedding) AS sim
             FROM unnest(v_ids) AS c(id)
             JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id),
@@ -650,8 +653,7 @@ BEGIN
                      array_agg(w.speaker) AS speaker, array_agg(w.sim) AS sim, array_agg(w.created_at) AS created_at FROM w) c,
              (SELECT array_agg(w.pos) AS pos, array_agg(w.idx) AS idx, array_agg(w.n) AS n, array_agg(x.lexeme) AS lexeme,
                      array_agg(coalesce(array_length(x.positions, 1), 1)::float8) AS tf
-              FROM w CROSS JOIN LATERAL unnest(w.fts) AS x
-              WHERE w.fts IS NOT NULL AND x.lexeme = ANY (v_lexemes)) h;
+              FROM w CROSS JOIN LATERAL unnest(w.fts) AS x) h;
     END IF;
 
     -- 2. Scores, over those rows only, with hash joins (a nested loop would rescan the per-candidate aggregates
@@ -679,14 +681,12 @@ BEGIN
                                        (2, f.far_wt::float8), (-2, f.far_wt::float8)) AS o(off, wt)
             WHERE h.idx + o.off BETWEEN 1 AND h.n),
         tfe AS MATERIALIZED (
-            SELECT s.tpos, s.lexeme, sum(s.tf) AS tf, max(u.dl) AS dl
-            FROM spread s JOIN u ON u.pos = s.tpos
-            GROUP BY s.tpos, s.lexeme),
+            SELECT s.tpos, s.lexeme, sum(s.tf) AS tf FROM spread s GROUP BY s.tpos, s.lexeme),
         df AS MATERIALIZED (SELECT tfe.lexeme, count(*)::float8 AS df FROM tfe GROUP BY tfe.lexeme),
         bm AS MATERIALIZED (  -- Okapi BM25, idf ln(1 + (N - df + 0.5) / (df + 0.5)), statistics over the candidates
             SELECT tfe.tpos, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))
-                                 * tfe.tf * (f.k1 + 1) / (tfe.tf + f.k1 * ((1 - f.b) + f.b * tfe.dl / st.avgdl))) AS s
-            FROM tfe JOIN df USING (lexeme) CROSS JOIN st CROSS JOIN f GROUP BY tfe.tpos),
+                                 * tfe.tf * (f.k1 + 1) / (tfe.tf + f.k1 * ((1 - f.b) + f.b * u.dl / st.avgdl))) AS s
+            FROM tfe JOIN df USING (lexeme) JOIN u ON u.pos = tfe.tpos CROSS JOIN st CROSS JOIN f GROUP BY tfe.tpos),
         near AS MATERIALIZED (  -- the candidates whose extra vectors are read
             SELECT r.pos, r.id FROM (
                 SELECT u.pos, u.id, bm.s, row_number() OVER (ORDER BY u.sim DESC, u.id) AS by_sim,
