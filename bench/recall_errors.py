@@ -30,7 +30,8 @@ What it measures
    benchmark's result) and ranks past 10 come from ``k=100``, whose scores can differ a little (the extra
    vectors of max(100, 4k) candidates are read, docs/recall.md), so such a rank is at least 11
    (:func:`combine_ranks`). Vector and text ranks do not depend on k.
-2. A question fails when one of its evidence turns is not in the hybrid top 10 (R@10 < 1). Of the failing
+2. A question fails when one of its evidence turns is not in the hybrid top 10 (R@10 < 1; ``--fail-mode
+   vector``: in the vector top 10). Of the failing
    questions of each category, ``--limit`` are drawn with ``random.Random(seed)`` (:func:`sample_failing`)
    and printed: question, gold answer, each evidence turn (text, session, rank in hybrid / vector / text,
    and for facts the facts citing it), and the top 5 hybrid hits (text, session, score, text_score,
@@ -45,7 +46,7 @@ What it measures
    (:func:`with_neighbours`: 10 ids from the first 5-10 hits), and R@20 / R@50 read from that list (what asking for more results buys). The defaults are
    not changed.
 
-Output: the report (markdown) at ``--out`` (default ``bench/out/recall_errors[-SPACE].md``) and a summary
+Output: the report (markdown) at ``--out`` (default ``bench/out/recall_errors[-SPACE][-MODE].md``) and a summary
 on stdout. Needs ``pip install 'pgmem-agents[local,bench]'``.
 """
 
@@ -256,22 +257,23 @@ def short(text: str, n: int = 220) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def summary_lines(cat: int, n: int, failing: Sequence[Failure], facts: bool, citing: dict) -> list[str]:
-    """Where the evidence turns missing from the hybrid top 10 of every failing question of ``cat`` rank."""
+def summary_lines(cat: int, n: int, failing: Sequence[Failure], facts: bool, citing: dict,
+                  mode: str = "hybrid") -> list[str]:
+    """Where the evidence turns missing from the top 10 of ``mode`` of every failing question of ``cat`` rank."""
     missing = [(f, e) for f in failing for e in dict.fromkeys(f.question.evidence)
-               if f.ranks["hybrid"][e] is None or f.ranks["hybrid"][e] > K]
-    b = rank_buckets(f.ranks["hybrid"][e] for f, e in missing)
-    in_v = sum(1 for f, e in missing if (f.ranks["vector"][e] or DEPTH + 1) <= K)
-    in_t = sum(1 for f, e in missing if (f.ranks["text"][e] or DEPTH + 1) <= K)
-    partial = sum(1 for f in failing if recall_at(f.ranks["hybrid"], f.question.evidence) > 0)
+               if f.ranks[mode][e] is None or f.ranks[mode][e] > K]
+    b = rank_buckets(f.ranks[mode][e] for f, e in missing)
+    others = ", ".join(f"in the {m} top {K}: {sum(1 for f, e in missing if (f.ranks[m][e] or DEPTH + 1) <= K)}"
+                       for m in MODES if m != mode)
+    partial = sum(1 for f in failing if recall_at(f.ranks[mode], f.question.evidence) > 0)
     ev = [len(set(f.question.evidence)) for f in failing]
     sess = [len({session_of(e) for e in f.question.evidence}) for f in failing]
     out = [f"{CATEGORY_NAMES[cat]}: {len(failing)} of {n} questions fail; {partial} of them have part of their "
            f"evidence in the top {K}; evidence turns per failing question {sum(ev) / max(len(ev), 1):.1f}, sessions "
-           f"{sum(sess) / max(len(sess), 1):.1f}; {len(missing)} evidence turns missing, hybrid rank "
+           f"{sum(sess) / max(len(sess), 1):.1f}; {len(missing)} evidence turns missing, {mode} rank "
            + ", ".join(f"{k} {v}" for k, v in b.items())
-           + f"; of them in the vector top {K}: {in_v}, in the text top {K}: {in_t}"]
-    if not facts:
+           + f"; of them {others}"]
+    if not facts and mode == "hybrid":  # the hits kept are hybrid's
         def adjacent(f: Failure, e: str) -> bool:
             m = re.match(r"D(\d+):(\d+)$", e)
             near = {f"D{m.group(1)}:{int(m.group(2)) + d}" for d in (-1, 1)} if m else set()
@@ -284,12 +286,12 @@ def summary_lines(cat: int, n: int, failing: Sequence[Failure], facts: bool, cit
 
 
 def write_report(path: Path, header: str, per_cat: dict[int, tuple[int, list[Failure], list[Failure]]],
-                 turns: dict[tuple[str, str], Turn], facts: bool, citing: dict) -> None:
+                 turns: dict[tuple[str, str], Turn], facts: bool, citing: dict, mode: str = "hybrid") -> None:
     lines = [header, ""]
     for cat, (n, failing, shown) in per_cat.items():
-        lines += summary_lines(cat, n, failing, facts, citing) + [""]
+        lines += summary_lines(cat, n, failing, facts, citing, mode) + [""]
     for cat, (n, failing, shown) in per_cat.items():
-        lines += [f"## {cat} {CATEGORY_NAMES[cat]}: {len(failing)} of {n} questions fail (R@10 < 1), {len(shown)} shown", ""]
+        lines += [f"## {cat} {CATEGORY_NAMES[cat]}: {len(failing)} of {n} questions fail ({mode} R@10 < 1), {len(shown)} shown", ""]
         for i, f in enumerate(shown, start=1):
             q = f.question
             lines += [f"### {CATEGORY_NAMES[cat]} {i}. [{q.user}] {q.text}", "", f"- gold answer: {f.answer}"]
@@ -415,7 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="comma-separated category names or ids (default multi-hop,open-domain)")
     ap.add_argument("--limit", type=int, default=20, metavar="N", help="failing examples shown per category")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sample of failing questions")
-    ap.add_argument("--out", type=Path, default=None, help="report file (default bench/out/recall_errors[-SPACE].md)")
+    ap.add_argument("--out", type=Path, default=None, help="report file (default bench/out/recall_errors[-SPACE][-MODE].md)")
+    ap.add_argument("--fail-mode", choices=MODES, default="hybrid",
+                    help="the mode whose failures are sampled (default hybrid; vector: what the embedding misses)")
     ap.add_argument("--variants", action="store_true",
                     help="also measure R@10 of weight variants and a two-query merge on all questions")
     args = ap.parse_args(argv)
@@ -436,8 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _, questions = load(args.data, None)
     answers, turns, speakers = answers_of(args.data), turns_of(args.data), speakers_of(args.data)
     embedder = from_config(embedder="local")
-    out = args.out or Path(__file__).resolve().parent / "out" / (
-        "recall_errors.md" if args.space == "minilm" else f"recall_errors-{args.space}.md")
+    suffix = ("" if args.space == "minilm" else f"-{args.space}") + ("" if args.fail_mode == "hybrid" else f"-{args.fail_mode}")
+    out = args.out or Path(__file__).resolve().parent / "out" / f"recall_errors{suffix}.md"
 
     per_cat: dict[int, tuple[int, list[Failure], list[Failure]]] = {}
     citing: dict[tuple[str, str], list[str]] = {}
@@ -465,16 +469,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 hits = client.search(q.text, k=K, mode="hybrid")
                 ranks["hybrid"] = combine_ranks(evidence_ranks(q.evidence, [gold_of(r, facts) for r in hits]),
                                                 ranks["hybrid"], K)
-                if recall_at(ranks["hybrid"], q.evidence) < 1:
+                if recall_at(ranks[args.fail_mode], q.evidence) < 1:
                     failing.append(Failure(q, answers.get((q.user, q.text), ""), ranks, hits))
             shown = sample_failing(failing, args.limit, args.seed)
             per_cat[cat] = (len(qs), failing, shown)
-            console.print(summary_lines(cat, len(qs), failing, facts, citing)[0])
+            console.print(summary_lines(cat, len(qs), failing, facts, citing, args.fail_mode)[0])
 
     header = (f"# Failing questions, space {args.space}, database {args.database}\n\n"
-              f"Hybrid R@10 < 1; ranks among the first {DEPTH} of hybrid / vector / text; seed {args.seed}. "
+              f"{args.fail_mode} R@10 < 1; ranks among the first {DEPTH} of hybrid / vector / text; seed {args.seed}. "
               "Hits: [turn ids] session score text_score vector_score: text.")
-    write_report(out, header, per_cat, turns, facts, citing)
+    write_report(out, header, per_cat, turns, facts, citing, args.fail_mode)
     console.print(f"wrote {out}")
 
     if args.variants:
