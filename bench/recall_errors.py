@@ -30,21 +30,23 @@ What it measures
    benchmark's result) and ranks past 10 come from ``k=100``, whose scores can differ a little (the extra
    vectors of max(100, 4k) candidates are read, docs/recall.md), so such a rank is at least 11
    (:func:`combine_ranks`). Vector and text ranks do not depend on k.
-2. A question fails when one of its evidence turns is not in the hybrid top 10 (R@10 < 1; ``--fail-mode
-   vector``: in the vector top 10). Of the failing
-   questions of each category, ``--limit`` are drawn with ``random.Random(seed)`` (:func:`sample_failing`)
-   and printed: question, gold answer, each evidence turn (text, session, rank in hybrid / vector / text,
-   and for facts the facts citing it), and the top 5 hybrid hits (text, session, score, text_score,
-   vector_score).
-3. ``--variants``: R@10 per category over every question of categories 1-4 for ``pgmem.search_hybrid``
-   called with other weights (its ``p_text_weight``, ``p_vector_weight``, ``p_speaker_weight``,
-   ``p_session_weight`` arguments, which ``Memory.search`` does not expose; NULL = the formula's default,
-   docs/recall.md), and for a two-query merge (:func:`merge_rankings`: the question and its words naming
-   the conversation's speakers removed, ranked lists interleaved), and for a session cap (:func:`cap_per_session`:
-   the hybrid list of k=100 re-ranked with at most 2 or 3 hits per session in the top 10, beside the top 10 of
-   that same list), for turns each hit of that list followed by its next (or previous) turn of the session
-   (:func:`with_neighbours`: 10 ids from the first 5-10 hits), and R@20 / R@50 read from that list (what asking for more results buys). The defaults are
-   not changed.
+2. A question fails when one of its evidence turns is not in the hybrid top 10 (R@10 < 1; with
+   ``--fail-mode vector``, the vector top 10). Of the failing questions of each category, ``--limit`` are
+   drawn with ``random.Random(seed)`` (:func:`sample_failing`) and printed: question, gold answer, each
+   evidence turn (text, session, rank in hybrid / vector / text, and for facts the facts citing it), and the
+   top 5 hybrid hits (text, session, score, text_score, vector_score). A summary per category counts, over
+   every failing question, where the missing evidence turns rank (:func:`rank_buckets`).
+3. ``--variants``: R@10 per category over every question of categories 1-4 for
+   - ``pgmem.search_hybrid`` called with other weights (its ``p_text_weight``, ``p_vector_weight``,
+     ``p_speaker_weight``, ``p_session_weight`` arguments, which ``Memory.search`` does not expose; NULL =
+     the formula's default, docs/recall.md);
+   - a two-query merge (:func:`merge_rankings`: the question, and the question without the words naming the
+     conversation's speakers, their ranked lists interleaved);
+   - re-rankings of the hybrid list of k=100 (beside the top 10 of that same list): at most 2 or 3 hits per
+     session (:func:`cap_per_session`), and for turns each hit followed by its next or previous turn of the
+     session (:func:`with_neighbours`);
+   - R@20 and R@50 read from that list (what asking for more results buys).
+   The defaults are not changed.
 
 Output: the report (markdown) at ``--out`` (default ``bench/out/recall_errors[-SPACE][-MODE].md``) and a summary
 on stdout. Needs ``pip install 'pgmem-agents[local,bench]'``.
@@ -63,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recall_locomo import CATEGORIES, CATEGORY_NAMES, K, Question, load, session_of, with_database  # noqa: E402
+from recall_locomo import CATEGORIES, CATEGORY_NAMES, K, Question, existing_database, load, session_of  # noqa: E402
 
 DEPTH = 100          # ranks are looked up among the first DEPTH results of each mode
 TOP = 5              # hybrid hits shown per failing question
@@ -245,7 +247,8 @@ def parse_categories(text: str) -> list[int]:
         elif part in by_name:
             out.append(by_name[part])
         else:
-            raise SystemExit(f"--categories: {part!r} is none of {', '.join(f'{k} {v}' for k, v in CATEGORY_NAMES.items())}")
+            known = ", ".join(f"{k} {v}" for k, v in CATEGORY_NAMES.items())
+            raise SystemExit(f"--categories: {part!r} is none of {known}")
     return out
 
 
@@ -291,7 +294,8 @@ def write_report(path: Path, header: str, per_cat: dict[int, tuple[int, list[Fai
     for cat, (n, failing, shown) in per_cat.items():
         lines += summary_lines(cat, n, failing, facts, citing, mode) + [""]
     for cat, (n, failing, shown) in per_cat.items():
-        lines += [f"## {cat} {CATEGORY_NAMES[cat]}: {len(failing)} of {n} questions fail ({mode} R@10 < 1), {len(shown)} shown", ""]
+        lines += [f"## {cat} {CATEGORY_NAMES[cat]}: {len(failing)} of {n} questions fail ({mode} R@10 < 1), "
+                  f"{len(shown)} shown", ""]
         for i, f in enumerate(shown, start=1):
             q = f.question
             lines += [f"### {CATEGORY_NAMES[cat]} {i}. [{q.user}] {q.text}", "", f"- gold answer: {f.answer}"]
@@ -417,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="comma-separated category names or ids (default multi-hop,open-domain)")
     ap.add_argument("--limit", type=int, default=20, metavar="N", help="failing examples shown per category")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sample of failing questions")
-    ap.add_argument("--out", type=Path, default=None, help="report file (default bench/out/recall_errors[-SPACE][-MODE].md)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="report file (default bench/out/recall_errors[-SPACE][-MODE].md)")
     ap.add_argument("--fail-mode", choices=MODES, default="hybrid",
                     help="the mode whose failures are sampled (default hybrid; vector: what the embedding misses)")
     ap.add_argument("--variants", action="store_true",
@@ -426,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from pgmem import Memory, migrations, server
+    from pgmem import Memory, migrations
     from pgmem.embedders import from_config
 
     console = Console(width=None if sys.stdout.isatty() else 140)
@@ -435,12 +440,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cats = parse_categories(args.categories)
     facts = args.space != "minilm"
-    dsn = with_database(args.dsn, args.database) if args.dsn else server.start().url(args.database)
+    dsn = existing_database(args.dsn, args.database)
+    if dsn is None:
+        console.print(f"[red]database {args.database} does not exist or holds no memories: make a copy of a "
+                      "benchmark's import first (CREATE DATABASE ... TEMPLATE ...)[/red]")
+        return 2
     migrations.migrate(dsn)
     _, questions = load(args.data, None)
     answers, turns, speakers = answers_of(args.data), turns_of(args.data), speakers_of(args.data)
     embedder = from_config(embedder="local")
-    suffix = ("" if args.space == "minilm" else f"-{args.space}") + ("" if args.fail_mode == "hybrid" else f"-{args.fail_mode}")
+    suffix = ("" if args.space == "minilm" else f"-{args.space}") \
+        + ("" if args.fail_mode == "hybrid" else f"-{args.fail_mode}")
     out = args.out or Path(__file__).resolve().parent / "out" / f"recall_errors{suffix}.md"
 
     per_cat: dict[int, tuple[int, list[Failure], list[Failure]]] = {}
