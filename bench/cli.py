@@ -87,7 +87,7 @@ def main() -> int:
     base.update(PGMEM_DATA_DIR=str(tmp / "pgdata"), PGMEM_CONFIG=os.devnull, PGMEM_USER="alice",
                 HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     port = free_port()
-    stub = subprocess.Popen([sys.executable, str(ROOT / "tests" / "embedding_server.py"), str(port)],
+    stub = subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "embedding_server.py"), str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         run_once(PGMEM + ["server", "start"], base)

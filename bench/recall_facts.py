@@ -2,11 +2,12 @@
 """Retrieval recall of pgmem on fact-style memories: LoCoMo's observations, scored by the turns they cite.
 
     python bench/recall_facts.py --data ../shared/data/locomo/locomo-dev.json [--dsn DSN] [--out bench/out]
-                                 [--limit-conversations N] [--database NAME] [--embedder KIND]
+                                 [--limit-conversations N] [--database NAME] [--embedder KIND] [--reuse]
 
 What it does
 1. Drops and re-creates the database ``pgmem_bench_facts`` (``--database``) on the embedded server or on the
-   server of ``--dsn``, migrates it and opens ``Memory(dsn, role="pgmem_gateway")`` with the default MiniLM
+   server of ``--dsn`` (``--reuse``: keeps it when it exists, with the facts an earlier run stored, and skips
+   step 2's writes), migrates it and opens ``Memory(dsn, role="pgmem_gateway")`` with the default MiniLM
    embedder (``--embedder e5``: multilingual-e5-small, 4-bit; any ``PGMEM_EMBEDDER`` value is accepted).
 2. Stores every ``observation`` of the conversations (LoCoMo's per-session facts, e.g. "Caroline attended an
    LGBTQ support group recently ...", each citing the turn ids it was drawn from) as one memory of the
@@ -49,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recall_locomo import CATEGORIES, CATEGORY_NAMES, K, Question, fresh_database, load, \
+from recall_locomo import CATEGORIES, CATEGORY_NAMES, K, Question, existing_database, fresh_database, load, \
     normalise_evidence  # noqa: E402
 
 DATABASE = "pgmem_bench_facts"
@@ -177,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--embedder", default="local",
                     help="embedder kind, as PGMEM_EMBEDDER (default local: all-MiniLM-L6-v2; e5: "
                          "multilingual-e5-small 4-bit)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep --database if it exists (facts stored by an earlier run with the same embedder): "
+                         "migrate it and search only")
     args = ap.parse_args(argv)
 
     import psycopg
@@ -193,10 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     users, questions = load(args.data, args.limit_conversations)
     facts = read_facts(args.data, users)
-    dsn = fresh_database(args.dsn, args.database)
+    dsn = existing_database(args.dsn, args.database) if args.reuse else None
+    reused = dsn is not None
+    if not reused:
+        dsn = fresh_database(args.dsn, args.database)
     migrations.migrate(dsn)
     embedder = CachedEmbedder(from_config(embedder=args.embedder))
-    console.print(f"database {args.database} re-created; embedder {embedder.model_name}; {len(users)} "
+    console.print(f"database {args.database} {'reused' if reused else 're-created'}; embedder {embedder.model_name}; {len(users)} "
                   f"conversation(s), {len(facts)} facts, "
                   f"{len(questions)} questions")
 
@@ -208,9 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             with Memory(dsn, role="pgmem_gateway", space=space, embedder=embedder) as memory:
                 t0 = time.perf_counter()
                 items = items_of(facts, space)
-                for i in range(0, len(items), 500):
-                    memory.add_many(items[i:i + 500])
-                console.print(f"{space}: stored {len(items)} facts in {time.perf_counter() - t0:.1f} s")
+                if reused:
+                    console.print(f"{space}: facts kept from the earlier run (--reuse)")
+                else:
+                    for i in range(0, len(items), 500):
+                        memory.add_many(items[i:i + 500])
+                    console.print(f"{space}: stored {len(items)} facts in {time.perf_counter() - t0:.1f} s")
                 # The stored facts and vectors, per user (read as the owner: the benchmark's own database).
                 rows = admin.execute(
                     "SELECT m.user_id, m.content, m.metadata -> 'cites', m.embedding::text FROM pgmem.memories m"
