@@ -449,13 +449,14 @@ COMMENT ON FUNCTION pgmem._scope_ids(text, pgmem.spaces, text, text, timestamptz
     'Internal: the ids of the current user''s memories in a space that a search''s scope selects (agent, session, time range, metadata filter, now or as-of), at most p_cap (NULL: all), unordered.';
 
 -- The constants of the hybrid score, in one place (docs/recall.md, "step by step"): the session window's
--- weights, Okapi BM25's k1 and b, the percentile of the candidates' vector scores that the fusion measures the
--- vector score from, and the default weights of the fusion (a NULL argument takes its default; search_hybrid
+-- weights, Okapi BM25's k1 and b, the floor the fusion measures the vector score from (a percentile of the
+-- candidates' vector scores, shrunk towards 0 when the candidates are few), and the default weights of the fusion (a NULL argument takes its default; search_hybrid
 -- passes a vector weight of 0 when there is no query embedding, text mode).
 CREATE FUNCTION pgmem._hybrid_formula(p_text_weight double precision, p_vector_weight double precision,
                                       p_speaker_weight double precision, p_session_weight double precision,
                                       OUT next_wt numeric, OUT prev_wt numeric, OUT far_wt numeric,
-                                      OUT k1 numeric, OUT b numeric, OUT vector_floor double precision,
+                                      OUT k1 numeric, OUT b numeric,
+                                      OUT vector_floor double precision, OUT vector_floor_n double precision,
                                       OUT text_wt double precision, OUT vector_wt double precision,
                                       OUT speaker_wt double precision, OUT session_wt double precision)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -465,12 +466,13 @@ AS $$
            0.4,   -- this much for the previous one,
            0.2,   -- and this much two memories away on either side (fully for its own memory)
            1.2, 0.5,  -- Okapi BM25 k1 and b
-           0.1::float8,  -- the vector score counts from the candidates' 10th percentile (docs/recall.md)
+           0.1::float8,  -- the vector score counts from the candidates' 10th percentile,
+           20::float8,   -- times n / (n + 20) for n candidates: fully over many, hardly over a few (docs/recall.md)
            coalesce(p_text_weight, 0.4), coalesce(p_vector_weight, 0.6),
            coalesce(p_speaker_weight, 0.2), coalesce(p_session_weight, 0.4)
 $$;
 COMMENT ON FUNCTION pgmem._hybrid_formula(double precision, double precision, double precision, double precision) IS
-    'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5, the vector score measured from the candidates'' 10th percentile) and its fusion weights, each NULL argument replaced by its default (text 0.4, vector 0.6, speaker 0.2, session 0.4).';
+    'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5, the vector score measured from the candidates'' 10th percentile times n / (n + 20) for n candidates) and its fusion weights, each NULL argument replaced by its default (text 0.4, vector 0.6, speaker 0.2, session 0.4).';
 
 -- Hybrid recall. Candidates: every memory of the scope when at most pgmem.exact_search_max_rows match, else
 -- the best full-text matches united with the nearest vectors (HNSW); then three static statements score them
@@ -601,7 +603,7 @@ BEGIN
 
     -- Every constant of the score (text mode: no vector weight).
     SELECT x.next_wt::float8 AS next_wt, x.prev_wt::float8 AS prev_wt, x.far_wt::float8 AS far_wt, x.k1::float8 AS k1,
-           x.b::float8 AS b, x.vector_floor, x.text_wt, x.vector_wt, x.speaker_wt, x.session_wt
+           x.b::float8 AS b, x.vector_floor, x.vector_floor_n, x.text_wt, x.vector_wt, x.speaker_wt, x.session_wt
     INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
                                         p_speaker_weight, p_session_weight) x;
 
@@ -670,7 +672,7 @@ BEGIN
     INTO v_h_id, v_h_score, v_h_bs, v_h_ds, v_h_sim
     FROM (
         WITH f AS MATERIALIZED (SELECT v_f.next_wt AS next_wt, v_f.prev_wt AS prev_wt, v_f.far_wt AS far_wt, v_f.k1 AS k1,
-                                       v_f.b AS b, v_f.vector_floor AS vector_floor, v_f.text_wt AS text_wt, v_f.vector_wt AS vector_wt,
+                                       v_f.b AS b, v_f.text_wt AS text_wt, v_f.vector_wt AS vector_wt,
                                        v_f.speaker_wt AS speaker_wt, v_f.session_wt AS session_wt),
         u AS MATERIALIZED (
             SELECT * FROM unnest(v_c_pos, v_c_id, v_c_sess, v_c_dl, v_c_speaker, v_c_sim, v_c_created)
@@ -711,8 +713,11 @@ BEGIN
                    coalesce(greatest(u.sim, coalesce(xv.sentence, -1)) + coalesce(xv.context, u.sim), 0) AS ds,
                    coalesce(bm.s, 0) AS bs, sp.spk
             FROM u JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm ON bm.tpos = u.pos LEFT JOIN xv ON xv.pos = u.pos),
-        vfloor AS MATERIALIZED (  -- the vector score the fusion counts from: the candidates' 10th percentile
-            SELECT percentile_cont(v_f.vector_floor) WITHIN GROUP (ORDER BY r.ds) AS ds FROM raw r),
+        vfloor AS MATERIALIZED (  -- the vector score the fusion counts from: the candidates' 10th percentile,
+                                  -- shrunk towards 0 when they are few (a percentile of three scores is no statistic)
+            SELECT percentile_cont(v_f.vector_floor) WITHIN GROUP (ORDER BY r.ds) * count(*) / (count(*) + v_f.vector_floor_n)
+                   AS ds
+            FROM raw r),
         fused AS (
             SELECT r.*, f.text_wt * coalesce(r.bs / nullif(max(r.bs) OVER (), 0), 0)
                       + f.vector_wt * coalesce(greatest(r.ds - fl.ds, 0) / nullif(max(r.ds) OVER () - fl.ds, 0), 0)
@@ -738,4 +743,4 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile; read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile times n / (n + 20); read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';

@@ -37,12 +37,12 @@ def install_reference(admin: psycopg.Connection) -> None:
     released = src.last_definitions([f for f in src.migration_files() if f.name < "0011"])
     text = released[("pgmem.search_hybrid", 15)].text
     # Since migration 0021 the vector term counts from the candidates' 10th percentile of the vector score
-    # (docs/recall.md, step 5): the released arithmetic with that one change.
+    # times n / (n + 20) (docs/recall.md, step 5): the released arithmetic with that one change.
     term = "$17 * coalesce(greatest(r.ds, 0) / nullif(max(greatest(r.ds, 0)) OVER (), 0), 0)"
     assert text.count(term) == 1 and text.count("            FROM raw r),") == 1
     text = text.replace(term, "$17 * coalesce(greatest(r.ds - fl.ds, 0) / nullif(max(r.ds) OVER () - fl.ds, 0), 0)")
-    text = text.replace("            FROM raw r),", "            FROM raw r CROSS JOIN (SELECT percentile_cont(0.1) WITHIN GROUP (ORDER BY x.ds) AS ds"
-                                                   " FROM raw x) fl),")
+    text = text.replace("            FROM raw r),", "            FROM raw r CROSS JOIN (SELECT percentile_cont(0.1) WITHIN GROUP"
+                                                   " (ORDER BY x.ds) * count(*) / (count(*) + 20) AS ds FROM raw x) fl),")
     schema = admin.execute("SELECT pgmem._vector_schema()").fetchone()[0]
     text = text.replace("FUNCTION pgmem.search_hybrid(", "FUNCTION pgmem.search_hybrid_ref(", 1)
     text = text.replace("@vector@", schema)
