@@ -513,3 +513,56 @@ def test_a_bound_agent_reads_only_its_own_users_vectors(make_memory, admin, logi
         assert api.execute("DELETE FROM pgmem.memory_vectors WHERE user_id = 'alice'").rowcount == 0
     assert len(vectors(admin, a)) == 2
 
+
+
+# --------------------------------------------------------------------------------------------------------
+# The vector term's floor (migration 0021): counted from the candidates' 10th percentile times n / (n + 20)
+# --------------------------------------------------------------------------------------------------------
+def _at_cosine(q: np.ndarray, other: np.ndarray, c: float) -> np.ndarray:
+    """A unit vector whose cosine to the unit vector q is c (in the plane of q and other)."""
+    o = other - (other @ q) * q
+    o /= np.linalg.norm(o)
+    return (c * q + np.sqrt(1 - c * c) * o).astype(np.float32)
+
+
+def _scores(alice, q) -> dict:
+    return {h.id: (h.score, h.vector_score) for h in
+            alice.search("zzzq", embedding=q, k=100, mode="hybrid")}  # no memory holds the query's word
+
+
+def test_a_narrow_band_of_cosines_is_spread_by_the_floor(make_memory, embedder):
+    """Cosines between 0.85 and 0.90 (a model like e5 puts every candidate there): the nearest gets the full
+    vector weight 0.6 and the farthest less than the 0.6 * 0.85 / 0.90 = 0.567 of the released formula, by as
+    much as the floor says (over 40 candidates it counts 40 / 60 of the 10th percentile). No text match,
+    no speaker: the fused score f is the vector term alone, 0.6 * (vec - floor) / (max vec - floor), vec being
+    twice the cosine (no extra vectors), floor the 10th percentile of vec times n / (n + 20); a memory without
+    a session is a session of its own, so its score is f + 0.4 f."""
+    alice = make_memory("alice", contextual=False)
+    q = np.asarray(embed(embedder, "narrow band"), dtype=np.float64)
+    q /= np.linalg.norm(q)
+    other = np.asarray(embed(embedder, "another direction"), dtype=np.float64)
+    cosines = np.linspace(0.85, 0.90, 40)
+    ids = [alice.add(f"memory {i}", embedding=_at_cosine(q, other, c)).id for i, c in enumerate(cosines)]
+    got = _scores(alice, q.astype(np.float32))
+    vec = 2 * cosines
+    floor = np.percentile(vec, 10) * 40 / (40 + 20)
+    want = 1.4 * 0.6 * np.maximum(vec - floor, 0) / (vec.max() - floor)
+    for i, w in zip(ids, want):
+        assert got[i][0] == pytest.approx(w, abs=2e-3)
+    assert got[ids[-1]][0] == pytest.approx(1.4 * 0.6, abs=1e-3)
+    assert got[ids[0]][0] < 1.4 * 0.6 * 0.85 / 0.90 - 0.05  # the released formula: divided by the best one only
+
+
+def test_two_candidates_keep_a_near_tie_a_near_tie(make_memory, embedder):
+    """Over a handful of candidates a percentile is no statistic: shrunk by n / (n + 20), the floor stays near 0,
+    so two memories whose cosines differ by 0.01 score within a few hundredths, not the whole vector weight
+    apart (each its own session: score 1.4 f)."""
+    alice = make_memory("alice", contextual=False)
+    q = np.asarray(embed(embedder, "near tie"), dtype=np.float64)
+    q /= np.linalg.norm(q)
+    other = np.asarray(embed(embedder, "another direction"), dtype=np.float64)
+    a = alice.add("first memory", embedding=_at_cosine(q, other, 0.90)).id
+    b = alice.add("second memory", embedding=_at_cosine(q, other, 0.89)).id
+    got = _scores(alice, q.astype(np.float32))
+    assert got[a][0] == pytest.approx(1.4 * 0.6, abs=1e-3)
+    assert 1.4 * 0.58 < got[b][0] < got[a][0]
