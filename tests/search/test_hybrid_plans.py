@@ -133,6 +133,27 @@ def test_ranking_equals_the_released_design(make_memory, admin, embedder, route)
             assert hits[0].content.startswith("Caroline: I went to the LGBTQ support group")
 
 
+def test_the_planner_settings_of_a_search_do_not_leak_into_the_session(make_memory, admin, embedder):
+    """search_hybrid changes enable_sort, enable_nestloop and enable_indexscan for some of its statements (on
+    both routes); the caller's values are what they were after it, in the same transaction."""
+    crafted(make_memory)
+    names = ("enable_sort", "enable_nestloop", "enable_indexscan", "enable_bitmapscan")
+    with connect(admin, "postgres") as conn:
+        conn.execute("SET ROLE pgmem_gateway")
+        e = embedder.embed([QUERIES[0]])[0]
+        for route_rows in ("5000", "5"):  # exact route, then pools (16 rows > 5)
+            with conn.transaction():
+                conn.execute(f"SET LOCAL pgmem.exact_search_max_rows = {route_rows}")
+                for name in names:
+                    conn.execute(f"SET LOCAL {name} = off")
+                conn.execute("SELECT pgmem.act_as('alice')")
+                n = conn.execute("SELECT count(*) FROM pgmem.search_hybrid(p_space => 't64', p_query => %s,"
+                                 " p_embedding => %s, p_k => 5)", [QUERIES[0], e]).fetchone()[0]
+                assert n == 5
+                assert [conn.execute(f"SELECT current_setting('{name}')").fetchone()[0] for name in names] \
+                    == ["off"] * len(names)
+
+
 def test_null_weights_are_the_formula_defaults_and_the_vector_weight_counts(make_memory, admin, embedder):
     crafted(make_memory)
     with connect(admin, "postgres") as conn:
