@@ -454,18 +454,18 @@ COMMENT ON FUNCTION pgmem._scope_ids(text, pgmem.spaces, text, text, timestamptz
 -- passes a vector weight of 0 when there is no query embedding, text mode).
 CREATE FUNCTION pgmem._hybrid_formula(p_text_weight double precision, p_vector_weight double precision,
                                       p_speaker_weight double precision, p_session_weight double precision,
-                                      OUT next_wt numeric, OUT prev_wt numeric, OUT far_wt numeric,
-                                      OUT k1 numeric, OUT b numeric,
+                                      OUT next_wt double precision, OUT prev_wt double precision,
+                                      OUT far_wt double precision, OUT k1 double precision, OUT b double precision,
                                       OUT vector_floor double precision, OUT vector_floor_n double precision,
                                       OUT text_wt double precision, OUT vector_wt double precision,
                                       OUT speaker_wt double precision, OUT session_wt double precision)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
-    SELECT 0.6,   -- window: a term of a memory counts this much for the next memory of its session,
-           0.4,   -- this much for the previous one,
-           0.2,   -- and this much two memories away on either side (fully for its own memory)
-           1.2, 0.5,  -- Okapi BM25 k1 and b
+    SELECT 0.6::float8,  -- window: a term of a memory counts this much for the next memory of its session,
+           0.4::float8,  -- this much for the previous one,
+           0.2::float8,  -- and this much two memories away on either side (fully for its own memory)
+           1.2::float8, 0.5::float8,  -- Okapi BM25 k1 and b
            0.1::float8,  -- the vector score counts from the candidates' 10th percentile,
            20::float8,   -- times n / (n + 20) for n candidates: fully over many, hardly over a few (docs/recall.md)
            coalesce(p_text_weight, 0.4), coalesce(p_vector_weight, 0.6),
@@ -613,14 +613,12 @@ BEGIN
     END IF;
 
     -- Every constant of the score (text mode: no vector weight).
-    SELECT x.next_wt::float8 AS next_wt, x.prev_wt::float8 AS prev_wt, x.far_wt::float8 AS far_wt, x.k1::float8 AS k1,
-           x.b::float8 AS b, x.vector_floor, x.vector_floor_n, x.text_wt, x.vector_wt, x.speaker_wt, x.session_wt
-    INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
-                                        p_speaker_weight, p_session_weight) x;
+    SELECT * INTO v_f FROM pgmem._hybrid_formula(p_text_weight, CASE WHEN p_embedding IS NULL THEN 0 ELSE p_vector_weight END,
+                                                 p_speaker_weight, p_session_weight);
 
     -- 1. The candidates in one pass, numbered by session and place in it: each one's own cosine, its window's
     --    document length, and the query terms it holds (one row per term). Two forms of one statement, the same
-    --    rows: on the exact route every memory of the scope is a candidate, so the memories are read by the
+    --    rows, written twice so that each keeps its own cached plan: on the exact route every memory of the scope is a candidate, so the memories are read by the
     --    user's rows and hash-joined to the candidates (one bitmap scan); from the pools (a few hundred of a large
     --    tenant's rows) a nested loop over their ids, by primary key.
     IF NOT v_large THEN
@@ -692,8 +690,8 @@ BEGIN
         spread AS MATERIALIZED (  -- a term counts for its own memory and, less, for its neighbours in the session
             SELECT h.pos + o.off AS tpos, h.lexeme, h.tf * o.wt AS tf
             FROM unnest(v_t_pos, v_t_idx, v_t_n, v_t_lexeme, v_t_tf) AS h(pos, idx, n, lexeme, tf) CROSS JOIN f
-            CROSS JOIN LATERAL (VALUES (0, 1.0::float8), (1, f.next_wt::float8), (-1, f.prev_wt::float8),
-                                       (2, f.far_wt::float8), (-2, f.far_wt::float8)) AS o(off, wt)
+            CROSS JOIN LATERAL (VALUES (0, 1.0::float8), (1, f.next_wt), (-1, f.prev_wt),
+                                       (2, f.far_wt), (-2, f.far_wt)) AS o(off, wt)
             WHERE h.idx + o.off BETWEEN 1 AND h.n),
         tfe AS MATERIALIZED (
             SELECT s.tpos, s.lexeme, sum(s.tf) AS tf FROM spread s GROUP BY s.tpos, s.lexeme),
