@@ -322,6 +322,22 @@ def test_c12_similarity_scale_order_and_thresholds(make_memory, dsn, dims):
                 assert all(abs(h.similarity) < 1e-5 for h in hits[1:])
 
 
+def test_c12_order_in_hybrid_mode(make_memory):
+    """C12 in the default mode: a query text that no memory holds, with the query embedding q, ranks A = q,
+    B orthogonal and C = -q in that order, their similarity about 1, 0, -1. (Before migration 0021 the fused
+    vector term clipped every vector score at 0, so B and C tied at 0 and the newer, C, came first.)"""
+    base = make_memory(space="c12-hybrid", embedder=HashEmbedder(64))
+    for seed in (1, 2, 3):
+        q, b, c = c12_vectors(64, seed)
+        m = base.with_identity(user_id=f"c12h-{seed}")
+        ids = [m.add(text, embedding=v).id for text, v in
+               (("A, same as the query", q), ("B, orthogonal to the query", b), ("C, opposite to the query", c))]
+        hits = m.search("zzzq", embedding=q, k=3, mode="hybrid")
+        assert [h.id for h in hits] == ids, seed
+        assert hits[0].similarity == 1.0 and abs(hits[1].similarity) < 1e-5 and hits[2].similarity < -1 + 1e-6
+        assert hits[0].score > hits[1].score > hits[2].score >= 0
+
+
 def test_c12_text_query_of_stored_text_scores_one(alice, gw):
     texts = ["likes green tea", "drives a blue car", "plays the cello"]
     ids = [alice.add(t).id for t in texts]
