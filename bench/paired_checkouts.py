@@ -43,7 +43,8 @@ for i in range(50):
 c0, wall = time.thread_time(), []
 for i in range(n):
     t0 = time.perf_counter(); one(i); wall.append(time.perf_counter() - t0)
-print(json.dumps({"cpu_us": (time.thread_time() - c0) / n * 1e6, "p50_us": statistics.median(wall) * 1e6}))
+import pgmem
+print(json.dumps({"pgmem": pgmem.__file__, "cpu_us": (time.thread_time() - c0) / n * 1e6, "p50_us": statistics.median(wall) * 1e6}))
 mem.close()
 '''
 
@@ -78,13 +79,18 @@ def main() -> int:
     sides = [("baseline", a.baseline.resolve()), ("candidate", a.candidate.resolve())]
     for r in range(a.rounds):
         for tag, path in sides if r % 2 == 0 else sides[::-1]:
+            # cwd: ``python -c`` puts the working directory first on sys.path, before PYTHONPATH, so a run from
+            # the repository's root would import the candidate's pgmem on both sides.
             out = subprocess.run([sys.executable, "-c", CHILD, dsn, str(a.queries), a.mode], capture_output=True,
-                                 text=True, env={**os.environ, "PYTHONPATH": str(path)})
+                                 text=True, env={**os.environ, "PYTHONPATH": str(path)}, cwd=str(path))
             if out.returncode:
                 print(out.stderr, file=sys.stderr)
                 return 1
             d = json.loads(out.stdout.strip().splitlines()[-1])
             res[tag].append(d)
+            if not d["pgmem"].startswith(str(path)):
+                print(f"{tag}: imported {d['pgmem']}, not the package under {path}", file=sys.stderr)
+                return 1
             print(f"round {r} {tag:9} client CPU {d['cpu_us']:7.1f} us/search  wall p50 {d['p50_us']:8.1f} us",
                   flush=True)
     med = {t: {k: statistics.median(x[k] for x in v) for k in ("cpu_us", "p50_us")} for t, v in res.items()}

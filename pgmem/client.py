@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
+from functools import lru_cache
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -220,30 +221,59 @@ def _row(cls, row: Mapping[str, Any]):
     return cls(**{n: row[n] for n in _field_names(cls) if n in row})
 
 
+_PLAIN_DEFAULTS: dict[type, dict[str, Any] | None] = {}
+
+
+def _plain_defaults(cls) -> dict[str, Any] | None:
+    """The field defaults of a plain dataclass (no ``__post_init__``, no ``__slots__``, no default factories,
+    every field in ``__init__``), whose instances :func:`_record_maker` may make without calling
+    ``__init__``; None for any other class. Cached per class."""
+    if cls not in _PLAIN_DEFAULTS:
+        fs = fields(cls)
+        plain = (not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
+                 and all(f.default_factory is MISSING and f.init for f in fs))
+        _PLAIN_DEFAULTS[cls] = {f.name: f.default for f in fs if f.default is not MISSING} if plain else None
+    return _PLAIN_DEFAULTS[cls]
+
+
+@lru_cache(maxsize=256)
+def _record_maker(cls, names: tuple[str, ...], score_at: int | None = None):
+    """A function from a result row (values in the order of ``names``) to a ``cls``: the columns named like a
+    field fill it, other columns are left out, fields without a column keep their defaults; with
+    ``score_at``, that column also fills the field ``score``. Cached per class and columns.
+
+    For a plain dataclass (:func:`_plain_defaults`) the instance is made as ``__init__`` would leave it, its
+    ``__dict__`` filled in one step instead of one ``object.__setattr__`` per field (a frozen dataclass's
+    ``__init__`` sets each of MemoryRecord's 18 fields that way: about 8 us a row, 78 of a 10-row vector
+    search's 340 us of client CPU; bench/FINDINGS.md S13). Any other class is called with keyword arguments,
+    and so is a plain one when a field without a default has no column (its constructor's TypeError)."""
+    wanted = frozenset(_field_names(cls))
+    keep = tuple((i, n) for i, n in enumerate(names) if n in wanted)
+    if score_at is not None:
+        keep += ((score_at, "score"),)
+    defaults = _plain_defaults(cls)
+    if defaults is None or wanted - defaults.keys() - {n for _, n in keep}:
+        return lambda values: cls(**{n: values[i] for i, n in keep})
+    new, set_attr = object.__new__, object.__setattr__
+
+    def make(values):
+        d = defaults.copy()
+        for i, n in keep:
+            d[n] = values[i]
+        obj = new(cls)
+        set_attr(obj, "__dict__", d)
+        return obj
+
+    return make
+
+
 def record_rows(cls, score_from: str | None = None):
     """A psycopg row factory that makes each result row a ``cls`` (a dataclass) directly, as ``_row(cls,
     dict_row(...))`` would, without the intermediate dict: the columns named like a field of ``cls`` fill it,
     other columns are left out, fields without a column keep their defaults. Used for search results, where
     the per-row dicts cost about a third of the wrapper's own time (bench/FINDINGS.md S9). ``score_from``:
-    a column that also fills the field ``score`` (vector search: its ``similarity``)."""
-    wanted = frozenset(_field_names(cls))
-    if score_from is not None:
-        plain = record_rows(cls)
-
-        def scored(cursor: Any):
-            res = cursor.pgresult
-            if res is None or not res.nfields:
-                return lambda values: None
-            enc = cursor.connection.info.encoding
-            names = [res.fname(i).decode(enc) for i in range(res.nfields)]
-            if score_from not in names or "score" in names:
-                return plain(cursor)
-            at = names.index(score_from)
-            keep = [i for i, n in enumerate(names) if n in wanted]
-            kept = [names[i] for i in keep]
-            return lambda values: cls(**dict(zip(kept, [values[i] for i in keep])), score=values[at])
-
-        return scored
+    a column that also fills the field ``score`` (vector search: its ``similarity``), unless the result has
+    a ``score`` column of its own."""
 
     def factory(cursor: Any):
         # Column names straight from the result, as psycopg's dict_row reads them (cursor.description would
@@ -253,11 +283,8 @@ def record_rows(cls, score_from: str | None = None):
             return lambda values: None
         enc = cursor.connection.info.encoding
         names = [res.fname(i).decode(enc) for i in range(res.nfields)]
-        keep = [i for i, n in enumerate(names) if n in wanted]
-        if len(keep) == len(names):
-            return lambda values: cls(**dict(zip(names, values)))
-        kept = [names[i] for i in keep]
-        return lambda values: cls(**dict(zip(kept, [values[i] for i in keep])))
+        at = names.index(score_from) if score_from in names and "score" not in names else None
+        return _record_maker(cls, tuple(names), at)
 
     return factory
 

@@ -5,6 +5,7 @@ Each fast path must give exactly what the general path gives, including its erro
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 import numpy as np
 import pytest
@@ -111,6 +112,49 @@ def test_record_rows_matches_row_of_a_dict():
     make = record_rows(MemoryRecord)(FakeCursor(more))
     assert make(values + [9, 9]) == _row(MemoryRecord, dict(zip(more, values + [9, 9])))
     assert record_rows(MemoryRecord)(FakeCursor(None))([]) is None  # a statement without a result
+
+
+def test_record_rows_makes_records_a_constructor_would_make():
+    # The factory fills a plain dataclass's __dict__ directly: the records must be what MemoryRecord(...)
+    # makes in every way a caller can see (equality, hash, repr, frozenness, replace, their own dicts).
+    names = ["id", "user_id", "space", "agent_id", "session_id", "content", "metadata", "created_at", "updated_at",
+             "expires_at", "version", "similarity", "valid_from", "valid_to", "superseded_by"]
+    values = [uuid.uuid4(), "u", "s", None, "sess", "c", {"k": 1}, 1, 2, None, 3, 0.5, 4, None, None]
+    want = MemoryRecord(**dict(zip(names, values)), score=0.5)
+    got = record_rows(MemoryRecord, score_from="similarity")(FakeCursor(names))(values)
+    assert type(got) is MemoryRecord and got == want and repr(got) == repr(want)
+    assert got.score == 0.5 and got.text_score is None  # score from similarity; no column: the default
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.content = "other"
+    assert dataclasses.replace(got, content="d") == dataclasses.replace(want, content="d")
+    assert dataclasses.asdict(got) == dataclasses.asdict(want)
+    # A result with its own score column keeps it.
+    with_score = record_rows(MemoryRecord, score_from="similarity")(FakeCursor(names + ["score"]))(values + [9.0])
+    assert with_score.score == 9.0
+    # Two records of one factory share nothing mutable (the defaults dict is copied per row).
+    make = record_rows(MemoryRecord)(FakeCursor(names))
+    a, b = make(values), make(values)
+    object.__setattr__(a, "score", 1.0)
+    assert b.score is None
+
+
+def test_record_rows_calls_the_constructor_of_a_class_that_needs_it():
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        a: int
+        b: list = dataclasses.field(default_factory=list)
+
+        def __post_init__(self):
+            if self.a < 0:
+                raise ValueError("negative")
+
+    make = record_rows(Checked)(FakeCursor(["a", "x"]))
+    assert make([1, "ignored"]) == Checked(1) and make([1, 0]).b == []
+    with pytest.raises(ValueError):
+        make([-1, 0])
+    # A field without a default and without a column: the constructor's own error, as before.
+    with pytest.raises(TypeError):
+        record_rows(MemoryRecord)(FakeCursor(["id", "content"]))([1, "c"])
 
 
 def test_search_results_are_the_records_of_the_rows(alice, admin):
