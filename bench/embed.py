@@ -7,6 +7,8 @@ Cases: one text at a time (a query: what search and a CLI call pay), and batches
 pays). Prints ms per text (best of ``--repeat`` rounds that interleave the cases, after a warm-up) and each case's ratio against
 sentence-transformers in the same run, plus load time (weights and tokenizer, in this process) and the worst
 cosine between the two implementations' vectors. Needs ``pip install -e '.[local,sentence-transformers]'``.
+With ``onnx`` and ``onnxruntime`` installed (not pgmem dependencies), a case ``onnxruntime batch 32`` runs the
+same weights as an ONNX graph (bench/onnx_minilm.py), to measure what a compiled runtime would buy.
 """
 
 from __future__ import annotations
@@ -62,6 +64,16 @@ def main() -> int:
              ("numpy batch 8", MiniLMEmbedder(batch_size=8).embed, None),
              ("numpy batch 128", MiniLMEmbedder(batch_size=128).embed, None),
              ("numpy unsorted 32", unsorted, None)]
+    onnx_emb = None
+    try:
+        from onnx_minilm import OnnxMiniLM
+        t0 = time.perf_counter()
+        onnx_emb = OnnxMiniLM(enc)
+        onnx_emb.embed(["warm up"])
+        print(f"onnxruntime: graph built and session created in {(time.perf_counter() - t0) * 1000:.0f} ms")
+        cases.append(("onnxruntime batch 32", onnx_emb.embed, onnx_emb))
+    except ImportError:
+        print("onnxruntime case skipped: pip install onnx onnxruntime to run it")
     best: dict[str, list[float]] = {label: [float("inf"), float("inf")] for label, _, _ in cases}
     for _ in range(args.repeat):  # rounds interleave the cases, so a busy moment hits all of them alike
         for label, fn, one in cases:
@@ -80,6 +92,8 @@ def main() -> int:
         print(f"{label:24} {b:14.2f} {b / base_b:7.2f} {s_txt}")
     a, b = numpy_emb.embed(texts), st_emb.embed(texts)
     print(f"worst cosine numpy vs sentence-transformers: {float(((a * b).sum(1)).min()):.6f}")
+    if onnx_emb is not None:
+        print(f"worst cosine onnxruntime vs sentence-transformers: {float(((onnx_emb.embed(texts) * b).sum(1)).min()):.6f}")
     return 0
 
 
