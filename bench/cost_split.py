@@ -2,7 +2,7 @@
 """Where a search spends its time: client CPU, server CPU and wall time per query, for raw pgvector,
 pgmem's SQL call alone and pgmem through its Python wrapper (bench/FINDINGS.md S9).
 
-    python bench/cost_split.py [--class large] [--rounds 5] [--queries 600] [--ef-search 40] [--data-dir ...]
+    python bench/cost_split.py [--class large] [--rounds 5] [--queries 600] [--ef-search 40] [--iterative] [--data-dir ...]
 
 Needs the databases of ``bench/search.py`` (run it once first; ``--reuse`` keeps them). Wall times on this kind
 of machine move 30% and more between runs; CPU time, split between this process's thread (psycopg and the
@@ -10,7 +10,8 @@ wrapper) and the server backend serving the connection (``/proc/<pid>/stat``, ut
 a difference comes from. Each line is the median over ``--rounds`` rounds of ``--queries`` queries (the
 benchmark's 200 queries of the size class ``--class``, large by default, cycled), systems in blocks, in the same run; ratios are against raw
 pgvector's line. ``--ef-search`` applies to both raw pgvector (``hnsw.ef_search``) and pgmem
-(``pgmem.hnsw_ef_search``): 40 is pgvector's default.
+(``pgmem.hnsw_ef_search``): 40 is pgvector's default. ``--iterative`` gives raw pgvector the iterative scan
+pgmem uses (``relaxed_order``): with it, both run at the same settings (bench/search.py's "equal settings").
 
 Lines: ``raw pgvector`` (the hand-written statement of bench/systems.py: id, content, distance; 3 columns);
 ``pgmem SQL`` (``SELECT * FROM pgmem.search(pgmem.as_user($1, 'bench'), $2, 10)`` on a plain psycopg connection
@@ -60,6 +61,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--queries", type=int, default=600)
     ap.add_argument("--ef-search", type=int, default=40)
+    ap.add_argument("--iterative", action="store_true",
+                    help="raw pgvector with hnsw.iterative_scan = relaxed_order, as pgmem searches (equal settings)")
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", type=Path, default=common.DEFAULT_DATA_DIR)
@@ -77,7 +80,8 @@ def main() -> int:
             print(f"database {db} is missing: run bench/search.py first", file=sys.stderr)
             return 2
 
-    raw = systems.RawStore(common.dsn_for(st, "bench_search_raw")).client(ef_search=args.ef_search)
+    raw = systems.RawStore(common.dsn_for(st, "bench_search_raw")).client(iterative=args.iterative,
+                                                                         ef_search=args.ef_search)
     pg = systems.PgmemStore(common.dsn_for(st, "bench_search_pgmem")).client(ef_search=args.ef_search)
     pg.search(tenants[0], qs.vectors[0], "", K)
     with pg.mem.pool.connection() as c:
@@ -99,7 +103,8 @@ def main() -> int:
             got[name].append(measure(search, pid, args.queries))
     med = {k: tuple(statistics.median(r[j] for r in v) for j in range(3)) for k, v in got.items()}
     base = med["raw pgvector"]
-    print(f"{args.cls} tenants ({len(ds.rows_by_tenant[qs.tenants[0]])} rows), k={K}, ef_search {args.ef_search}; "
+    print(f"{args.cls} tenants ({len(ds.rows_by_tenant[qs.tenants[0]])} rows), k={K}, ef_search {args.ef_search}"
+          f"{', raw with iterative scan' if args.iterative else ''}; "
           f"ms per query, median of {args.rounds} rounds of {args.queries}")
     print(f"{'':15s} {'wall p50':>9s} {'client CPU':>11s} {'server CPU':>11s} {'wall / raw':>11s}")
     for name, (wall, client, server) in med.items():
