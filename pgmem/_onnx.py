@@ -1,16 +1,23 @@
-"""all-MiniLM-L6-v2 on onnxruntime, for bench/embed.py only (not a pgmem embedder): the forward pass of
-pgmem._bert.BertEncoder written as an ONNX graph (opset 20: LayerNormalization, Gelu, Softmax) over the same
-weights, then run by onnxruntime's CPU provider with every graph optimisation on. It answers one question
-for issue #15 (target 4): how much faster would a compiled runtime embed on this machine than pgmem's numpy
-encoder? Needs ``pip install onnx onnxruntime`` (not a dependency of pgmem).
+"""all-MiniLM-L6-v2 on onnxruntime: the forward pass of :class:`pgmem._bert.BertEncoder` written as an ONNX
+graph (opset 20: LayerNormalization, Gelu, Softmax, the same float32 arithmetic) over the same weights, built in
+memory when the encoder loads and run by onnxruntime's CPU provider with its graph optimisations on.
+
+Opt-in (``PGMEM_EMBED_RUNTIME=onnx``, ``pip install 'pgmem-agents[onnx]'``): about 1.9x the numpy encoder's
+texts per second in batches and 2.5x one text at a time on this project's 2-core machine, for 2.3 s more at
+load (the graph is built and optimised once per process); vectors equal the numpy encoder's to cosine
+>= 0.99999 (bench/FINDINGS.md E1, tests/embedders/test_minilm.py).
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from ._bert import BertEncoder
 
-def build(enc, opset: int = 20):
+
+def build_graph(enc: BertEncoder, opset: int = 20):
     """The ONNX model (an ``onnx.ModelProto``) of ``enc`` (a pgmem._bert.BertEncoder): inputs ``input_ids``
     (int64, N x L) and ``attention_mask`` (float32, N x L, 1 for tokens); output ``embedding`` (float32,
     N x hidden): mean-pooled over the mask and L2-normalised, as BertEncoder.forward."""
@@ -74,30 +81,33 @@ def build(enc, opset: int = 20):
                          [H.make_tensor_value_info("embedding", TP.FLOAT, ["N", hid])], inits)
     return H.make_model(graph, opset_imports=[H.make_opsetid("", opset)])
 
-class OnnxMiniLM:
-    """Batches of 32 texts sorted by length (as MiniLMEmbedder does) through an onnxruntime session."""
 
-    def __init__(self, enc, threads: int | None = None) -> None:
+class OnnxBertEncoder(BertEncoder):
+    """A :class:`BertEncoder` whose :meth:`forward` runs on onnxruntime (same tokenizer, same weights, same
+    pooling). ``threads``: onnxruntime's intra-op threads (default: the machine's CPUs). Its worker threads
+    sleep between calls instead of spinning (``session.intra_op.allow_spinning`` 0), so an idle embedder takes
+    no CPU from a PostgreSQL server on the same machine. Raises ImportError when ``onnx`` or ``onnxruntime``
+    is missing."""
+
+    def __init__(self, model_dir, max_seq_length: int | None = None, threads: int | None = None) -> None:
         import onnxruntime as ort
 
-        self.enc = enc
+        super().__init__(model_dir, max_seq_length)
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if threads:
-            so.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(build(enc).SerializeToString(), so, providers=["CPUExecutionProvider"])
+        so.intra_op_num_threads = int(threads or os.cpu_count() or 1)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.log_severity_level = 3  # errors only
+        self.session = ort.InferenceSession(build_graph(self).SerializeToString(), so,
+                                            providers=["CPUExecutionProvider"])
+        self.layers, self.word, self.position = [], None, None  # the session holds its own copy of the weights
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        ids = self.enc.token_ids(texts)
-        out = np.empty((len(ids), self.enc.hidden), np.float32)
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        for j in range(0, len(order), 32):
-            rows = order[j:j + 32]
-            length = max(len(ids[i]) for i in rows)
-            tokens = np.zeros((len(rows), length), np.int64)
-            mask = np.zeros((len(rows), length), np.float32)
-            for r, i in enumerate(rows):
-                tokens[r, :len(ids[i])] = ids[i]
-                mask[r, :len(ids[i])] = 1
-            out[rows] = self.session.run(None, {"input_ids": tokens, "attention_mask": mask})[0]
-        return out
+    def forward(self, ids: list[list[int]]) -> np.ndarray:
+        n = len(ids)
+        length = max(len(seq) for seq in ids)
+        tokens = np.zeros((n, length), dtype=np.int64)
+        mask = np.zeros((n, length), dtype=np.float32)
+        for row, seq in enumerate(ids):
+            tokens[row, :len(seq)] = seq
+            mask[row, :len(seq)] = 1.0
+        return self.session.run(None, {"input_ids": tokens, "attention_mask": mask})[0]
