@@ -70,6 +70,18 @@ def layer_norm_(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     return x
 
 
+def pad(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of one batch padded to its longest sequence: ``(tokens, mask)``, int64 and float32 of shape
+    ``(len(ids), longest)``, the mask 1 for a token and 0 for padding."""
+    n, length = len(ids), max(len(seq) for seq in ids)
+    tokens = np.zeros((n, length), dtype=np.int64)
+    mask = np.zeros((n, length), dtype=np.float32)
+    for row, seq in enumerate(ids):
+        tokens[row, :len(seq)] = seq
+        mask[row, :len(seq)] = 1.0
+    return tokens, mask
+
+
 class BertEncoder:
     """The weights of one BERT model, arranged for numpy (``x @ W`` with ``W`` of shape ``(in, out)``).
 
@@ -133,13 +145,8 @@ class BertEncoder:
     def forward(self, ids: list[list[int]]) -> np.ndarray:
         """Mean-pooled, L2-normalised sentence vectors, float32 of shape ``(len(ids), hidden)``; the batch is
         padded to its longest sequence (pass sequences of similar length: padding costs time, not accuracy)."""
-        n = len(ids)
-        length = max(len(seq) for seq in ids)
-        tokens = np.zeros((n, length), dtype=np.int64)
-        mask = np.zeros((n, length), dtype=np.float32)
-        for row, seq in enumerate(ids):
-            tokens[row, :len(seq)] = seq
-            mask[row, :len(seq)] = 1.0
+        tokens, mask = pad(ids)
+        n, length = tokens.shape
         h, d = self.heads, self.head_dim
         x = self.word[tokens]
         x += self.position[:length]

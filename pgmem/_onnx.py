@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from ._bert import BertEncoder
+from ._bert import BertEncoder, pad
 
 
 def build_graph(enc: BertEncoder, opset: int = 20):
@@ -103,11 +103,5 @@ class OnnxBertEncoder(BertEncoder):
         self.layers, self.word, self.position = [], None, None  # the session holds its own copy of the weights
 
     def forward(self, ids: list[list[int]]) -> np.ndarray:
-        n = len(ids)
-        length = max(len(seq) for seq in ids)
-        tokens = np.zeros((n, length), dtype=np.int64)
-        mask = np.zeros((n, length), dtype=np.float32)
-        for row, seq in enumerate(ids):
-            tokens[row, :len(seq)] = seq
-            mask[row, :len(seq)] = 1.0
+        tokens, mask = pad(ids)
         return self.session.run(None, {"input_ids": tokens, "attention_mask": mask})[0]
