@@ -3,8 +3,8 @@ graph (opset 20: LayerNormalization, Gelu, Softmax, the same float32 arithmetic)
 memory when the encoder loads and run by onnxruntime's CPU provider with its graph optimisations on.
 
 Opt-in (``PGMEM_EMBED_RUNTIME=onnx``, ``pip install 'pgmem-agents[onnx]'``): about 1.9x the numpy encoder's
-texts per second in batches and 2.5x one text at a time on this project's 2-core machine, for 2.3 s more at
-load (the graph is built and optimised once per process); vectors equal the numpy encoder's to cosine
+texts per second in batches and 2.5x one text at a time on this project's 2-core machine, for about 2 s more
+at load (the graph is built and optimised once per process); vectors equal the numpy encoder's to cosine
 >= 0.99999 (bench/FINDINGS.md E1, tests/embedders/test_minilm.py).
 """
 

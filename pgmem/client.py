@@ -221,19 +221,16 @@ def _row(cls, row: Mapping[str, Any]):
     return cls(**{n: row[n] for n in _field_names(cls) if n in row})
 
 
-_PLAIN_DEFAULTS: dict[type, dict[str, Any] | None] = {}
-
-
+@lru_cache(maxsize=None)
 def _plain_defaults(cls) -> dict[str, Any] | None:
     """The field defaults of a plain dataclass (no ``__post_init__``, no ``__slots__``, no default factories,
     every field in ``__init__``), whose instances :func:`_record_maker` may make without calling
     ``__init__``; None for any other class. Cached per class."""
-    if cls not in _PLAIN_DEFAULTS:
-        fs = fields(cls)
-        plain = (not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
-                 and all(f.default_factory is MISSING and f.init for f in fs))
-        _PLAIN_DEFAULTS[cls] = {f.name: f.default for f in fs if f.default is not MISSING} if plain else None
-    return _PLAIN_DEFAULTS[cls]
+    fs = fields(cls)
+    if hasattr(cls, "__post_init__") or hasattr(cls, "__slots__") \
+            or any(f.default_factory is not MISSING or not f.init for f in fs):
+        return None
+    return {f.name: f.default for f in fs if f.default is not MISSING}
 
 
 @lru_cache(maxsize=256)
