@@ -13,7 +13,8 @@ What it does
    call began). So what is timed is the migration installed there, not a copy kept here.
 2. ``--without`` removes one part of the scoring from the copy, to measure what it costs (an ablation: the
    rankings change, the times say what the part costs): ``extra-vectors`` reads no sentence or context vector
-   (every candidate scores with its own cosine), ``speaker`` skips the speaker match.
+   (every candidate scores with its own cosine), ``extra-cosines`` reads them but computes no cosine of them
+   (each is a constant), ``speaker`` skips the speaker match.
 3. Asks every question (categories 1-4, at most ``--questions`` per LoCoMo user, the first ``--questions`` of
    all for ``big``), embedded once with MiniLM, on one connection as ``pgmem_gateway``: one unmeasured round,
    then ``--rounds`` measured ones. The copy is dropped at the end.
@@ -27,6 +28,7 @@ step 3), and of the whole call as the server saw it. Findings: bench/FINDINGS.md
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -39,11 +41,15 @@ STEPS = ("checks", "routing", "candidates", "scores", "read-back")
 _MARKS = ("    -- Routing, as pgmem.search", "    -- Every constant of the score", "    -- 2. Scores, over those rows only",
           "    -- 3. The k best, read back")
 _MARK = "tm := tm || (extract(epoch FROM clock_timestamp() - t0) * 1000)::float8;\n"
+# Each: (regular expression, replacement), to be found exactly once in the function's text.
 _ABLATIONS = {
-    "extra-vectors": [("WHERE r.by_sim <= v_pool OR (r.s > 0 AND r.by_text <= v_pool)),", "WHERE false),")],
-    "speaker": [("AS spk\n            FROM (SELECT DISTINCT u.speaker FROM u) d),",
+    "extra-vectors": [(r"WHERE r\.by_sim <= v_pool OR \(r\.s > 0 AND r\.by_text <= v_pool\)\),", "WHERE false),")],
+    # the extra vectors still read, each cosine replaced by a constant (what the reads cost without the arithmetic)
+    "extra-cosines": [(r"1 - \(x\.embedding OPERATOR\([a-z_]+\.<=>\) p_embedding\) AS sim\n", "0::float8 AS sim\n")],
+    "speaker": [(r"AS spk\n            FROM \(SELECT DISTINCT u\.speaker FROM u\) d\),",
                  "AS spk\n            FROM (SELECT DISTINCT u.speaker FROM u) d WHERE false),"),
-                ("FROM u JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm", "FROM u LEFT JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm")],
+                (r"FROM u JOIN sp ON sp\.speaker = u\.speaker LEFT JOIN bm",
+                 "FROM u LEFT JOIN sp ON sp.speaker = u.speaker LEFT JOIN bm")],
 }
 NAME = "pgmem.search_hybrid_steps"
 
@@ -69,9 +75,11 @@ def timed_source(definition: str, without: tuple[str, ...] = ()) -> str:
     once(src, end)
     src = src.replace(end, f"    ORDER BY h.ord;\n    {_MARK}    RAISE NOTICE 'steps %', tm;\nEND", 1)
     for part in without:
-        for old, new in _ABLATIONS[part]:
-            once(src, old)
-            src = src.replace(old, new, 1)
+        for pattern, new in _ABLATIONS[part]:
+            found = len(re.findall(pattern, src))
+            if found != 1:
+                raise ValueError(f"pgmem.search_hybrid changed: {part}'s text found {found} times")
+            src = re.sub(pattern, lambda _m, new=new: new, src, count=1)
     return src
 
 

@@ -23,7 +23,7 @@ def test_every_step_of_the_installed_function_gets_a_mark(admin):
     assert "FUNCTION pgmem.search_hybrid_steps(" in src and "FUNCTION pgmem.search_hybrid(" not in src
     assert src.count("clock_timestamp() - t0") == len(hs.STEPS)
     assert src.count("RAISE NOTICE 'steps %', tm;") == 1
-    for part in ("extra-vectors", "speaker"):
+    for part in ("extra-vectors", "extra-cosines", "speaker"):
         ablated = hs.timed_source(definition(admin), (part,))
         assert ablated != src and ablated.count("clock_timestamp() - t0") == len(hs.STEPS)
 
