@@ -169,6 +169,17 @@ def questions(path: Path, per_user: int) -> tuple[dict[str, list[str]], list[str
     return by_user, every[:per_user]
 
 
+def workload(path: Path, per_user: int) -> tuple[dict[str, "np.ndarray"], list[tuple[str, str]]]:
+    """The questions of :func:`questions` embedded once with MiniLM ({question: embedding}) and the (user,
+    question) pairs to ask, LoCoMo users first, then ``big``."""
+    from pgmem import MiniLMEmbedder
+
+    by_user, big_qs = questions(path, per_user)
+    texts = sorted({q for qs in by_user.values() for q in qs} | set(big_qs))
+    emb = dict(zip(texts, MiniLMEmbedder().embed(texts)))
+    return emb, [(u, q) for u, qs in by_user.items() for q in qs] + [(BIG, q) for q in big_qs]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="LoCoMo JSON file (e.g. locomo-dev.json)")
@@ -186,13 +197,8 @@ def main(argv=None) -> int:
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from pgmem import MiniLMEmbedder
-
     url = prepare(args)
-    by_user, big_qs = questions(args.data, args.questions)
-    texts = sorted({q for qs in by_user.values() for q in qs} | set(big_qs))
-    emb = dict(zip(texts, MiniLMEmbedder().embed(texts)))
-    work = [(u, q) for u, qs in by_user.items() for q in qs] + [(BIG, q) for q in big_qs]
+    emb, work = workload(args.data, args.questions)
 
     conn = psycopg.connect(url, autocommit=True)
     register_vector(conn)
@@ -231,8 +237,9 @@ def main(argv=None) -> int:
 
     with psycopg.connect(url) as c:
         counts = dict(c.execute("SELECT user_id, count(*) FROM pgmem.memories GROUP BY 1").fetchall())
-    small = [counts[u] for u in by_user if u in counts]
-    print(f"k={K}; LoCoMo users {min(small)}-{max(small)} memories ({len(by_user)} users), user {BIG} "
+    users = sorted({u for u, _ in work if u != BIG})
+    small = [counts[u] for u in users if u in counts]
+    print(f"k={K}; LoCoMo users {min(small)}-{max(small)} memories ({len(users)} users), user {BIG} "
           f"{counts.get(BIG, 0)} memories; {args.rounds} rounds, vector and hybrid interleaved; ms from the client, "
           "query embedding given")
     base_head = f" {'baseline p50':>13s} {'p95':>8s} {'baseline/vector':>16s}" if args.baseline_before else ""

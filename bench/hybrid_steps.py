@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hybrid import BIG, DATABASE, K, questions, url_for  # noqa: E402
+from hybrid import BIG, DATABASE, K, url_for, workload  # noqa: E402
 
 STEPS = ("checks", "routing", "candidates", "scores", "read-back")
 # Each mark goes before the comment that opens the next step of the function (sql/current/60-search.sql).
@@ -124,13 +124,8 @@ def main(argv=None) -> int:
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from pgmem import MiniLMEmbedder
-
     _, url = url_for(args.dsn, args.database)
-    by_user, big_qs = questions(args.data, args.questions)
-    texts = sorted({q for qs in by_user.values() for q in qs} | set(big_qs))
-    emb = dict(zip(texts, MiniLMEmbedder().embed(texts)))
-    work = [(u, q) for u, qs in by_user.items() for q in qs] + [(BIG, q) for q in big_qs]
+    emb, work = workload(args.data, args.questions)
 
     conn = psycopg.connect(url, autocommit=True)
     register_vector(conn)
