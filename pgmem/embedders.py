@@ -789,13 +789,15 @@ def from_config(**overrides: Any) -> Embedder:
 
 
 def available(spec: str | None = None) -> bool:
-    """Whether the packages the configured embedder (or ``spec``, an ``embedder`` value) needs are installed;
-    imports nothing heavy and contacts nothing. False for a configuration :func:`load_config` refuses."""
+    """Whether the packages the configured embedder (or ``spec``, an ``embedder`` value) needs are installed
+    (for ``local`` with ``runtime = "onnx"``, onnx and onnxruntime too); imports nothing heavy and contacts nothing. False for a configuration :func:`load_config` refuses."""
     try:
-        kind = load_config(embedder=spec or None).embedder
+        cfg = load_config(embedder=spec or None)
     except EmbedderError:
         return False
-    needs = {"local": ("tokenizers", "safetensors"), "e5": (E5_PACKAGE,), "http": ("httpx",),
+    kind = cfg.embedder
+    local = ("tokenizers", "safetensors") + (("onnx", "onnxruntime") if cfg.runtime == "onnx" else ())
+    needs = {"local": local, "e5": (E5_PACKAGE,), "http": ("httpx",),
              "sentence-transformers": ("sentence_transformers",)}.get(kind, (kind.partition(":")[0],))
     try:
         return all(importlib.util.find_spec(m) is not None for m in needs)

@@ -84,6 +84,20 @@ def test_the_onnx_runtime_without_its_packages_says_which_extra(monkeypatch):
     assert "pgmem-agents[onnx]" in info.value.hint
 
 
+def test_available_counts_the_onnx_runtimes_packages(monkeypatch):
+    """What the hermes provider's is_available() asks: with PGMEM_EMBED_RUNTIME=onnx and onnxruntime missing,
+    the local embedder is not available (embedding would fail), while the numpy runtime still is."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    assert embedders.available()
+    monkeypatch.setenv("PGMEM_EMBED_RUNTIME", "onnx")
+    assert not embedders.available()
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    assert embedders.available()
+
+
 def test_default_file_location_is_platformdirs(tmp_path):
     assert embedders.config_path() == tmp_path / "xdg" / "pgmem" / "config.toml"
 
