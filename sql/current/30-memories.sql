@@ -194,8 +194,29 @@ CREATE TYPE pgmem.memory AS (
 );
 COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cosine, in [-1, 1]) is set by search only; expires_at is the effective expiry (own, else created_at + the space''s memory_ttl); valid_from, valid_to, superseded_by its validity.';
 
+-- Times every client reads back: a timestamptz holds years up to 294276, but Python's datetime (psycopg, the
+-- service, the dashboard) ends with year 9999 and starts with year 1, so one row past either end made every
+-- later read of its user's rows fail (list, stats, the dashboard's page of every user). The bounds leave a day
+-- on each side, so the time is readable in any time zone (UTC-12 to UTC+14). 'infinity' (never) is allowed
+-- where it means something: an expiry.
+CREATE FUNCTION pgmem._check_time(p_value timestamptz, p_field text, p_infinity_ok boolean DEFAULT false) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NOT NULL AND NOT (p_value >= '0001-01-02 00:00:00+00' AND p_value < '9999-12-31 00:00:00+00')
+       AND NOT (p_infinity_ok AND p_value = 'infinity') THEN
+        RAISE EXCEPTION '% % is not between 0001-01-02 and 9999-12-31 (UTC), the times every client can read back', p_field, p_value
+            USING ERRCODE = 'PGM08';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION pgmem._check_time(timestamptz, text, boolean) IS
+    'Internal (the memories write trigger, append_turn, import_user''s turns): refuses a time outside 0001-01-02 .. 9999-12-31 UTC, which a client''s datetime cannot hold in every time zone (''infinity'' allowed when p_infinity_ok: an expiry that never comes). PGM08.';
+
 -- Checks every write, from the API or from plain SQL: dimension count of the space, no zero vector,
--- identity columns fixed, a new embedding whenever content changes; keeps version and updated_at.
+-- identity columns fixed, a new embedding whenever content changes; times a client can read back
+-- (pgmem._check_time); keeps version and updated_at.
 CREATE FUNCTION pgmem._memories_before_write()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -228,11 +249,28 @@ BEGIN
             NEW.fts := OLD.fts;
             NEW.fts_len := OLD.fts_len;
         END IF;
+        IF NEW.expires_at IS DISTINCT FROM OLD.expires_at THEN
+            PERFORM pgmem._check_time(NEW.expires_at, 'expires_at', true);
+        END IF;
+        IF NEW.valid_from IS DISTINCT FROM OLD.valid_from OR NEW.valid_to IS DISTINCT FROM OLD.valid_to THEN
+            PERFORM pgmem._check_time(NEW.valid_from, 'valid_from');
+            PERFORM pgmem._check_time(NEW.valid_to, 'valid_to');
+        END IF;
         IF NEW.embedding OPERATOR(@vector@.=) OLD.embedding THEN
             RETURN NEW;
         END IF;
     ELSE
         NEW.valid_from := coalesce(NEW.valid_from, NEW.created_at);
+        PERFORM pgmem._check_time(NEW.created_at, 'created_at');
+        -- A memory is valid from its creation: one made in the future would hold for nobody until then, hidden
+        -- from list and search while its content already blocks adding it again (5 minutes of clock skew allowed).
+        IF NEW.created_at > now() + interval '5 minutes' THEN
+            RAISE EXCEPTION 'created_at % is in the future', NEW.created_at USING ERRCODE = 'PGM08',
+                HINT = 'A memory holds from its created_at; a time more than 5 minutes ahead of the server''s clock is refused.';
+        END IF;
+        PERFORM pgmem._check_time(NEW.expires_at, 'expires_at', true);
+        PERFORM pgmem._check_time(NEW.valid_from, 'valid_from');
+        PERFORM pgmem._check_time(NEW.valid_to, 'valid_to');
     END IF;
     SELECT * INTO v_space FROM pgmem.spaces s WHERE s.space_id = NEW.space_id;
     IF TG_OP = 'INSERT' OR NEW.content IS DISTINCT FROM OLD.content THEN
@@ -250,7 +288,7 @@ BEGIN
     RETURN NEW;
 END
 $function$;
-COMMENT ON FUNCTION pgmem._memories_before_write() IS 'Trigger: validates a memory row, keeps version, updated_at and the full-text vector.';
+COMMENT ON FUNCTION pgmem._memories_before_write() IS 'Trigger: validates a memory row (sizes, dimensions, times a client can read back), keeps version, updated_at and the full-text vector.';
 
 -- pgmem.event (transaction-local, set by the API functions): UPDATE, EDIT, SUPERSEDE, INVALIDATE for updates;
 -- EXPIRE for the removal of an expired memory (a tombstone without content); ERASE writes nothing at all.

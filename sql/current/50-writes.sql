@@ -328,9 +328,9 @@ $$;
 COMMENT ON FUNCTION pgmem._lock_current(text, uuid) IS 'Internal: lock one live memory that still holds (FOR UPDATE), else PGM03 / PGM04.';
 
 CREATE FUNCTION pgmem.update(
-    p_id uuid, p_content text DEFAULT NULL, p_embedding vector DEFAULT NULL, p_metadata jsonb DEFAULT NULL,
+    p_id uuid, p_content text DEFAULT NULL, p_embedding @vector@.vector DEFAULT NULL, p_metadata jsonb DEFAULT NULL,
     p_replace_metadata boolean DEFAULT false, p_expected_version integer DEFAULT NULL,
-    p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL
+    p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors @vector@.vector[] DEFAULT NULL
 ) RETURNS SETOF pgmem.memory
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
@@ -353,6 +353,13 @@ BEGIN
         RAISE EXCEPTION 'metadata must be a JSON object' USING ERRCODE = 'PGM08';
     END IF;
     v_changed := p_content IS NOT NULL AND p_content IS DISTINCT FROM v_row.content;
+    -- An update that changes nothing writes nothing: no new version (a writer holding the old one would get a
+    -- spurious PGM04), no history event.
+    IF NOT v_changed AND (p_embedding IS NULL OR p_embedding OPERATOR(@vector@.=) v_row.embedding)
+       AND (p_metadata IS NULL OR v_row.metadata = CASE WHEN p_replace_metadata THEN p_metadata ELSE v_row.metadata || p_metadata END) THEN
+        RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
+        RETURN;
+    END IF;
     EXECUTE pg_catalog.format('SET LOCAL pgmem.actor = %L', coalesce(p_agent_id, ''));
     SET LOCAL pgmem.event = 'UPDATE';
     UPDATE pgmem.memories m SET
@@ -366,7 +373,7 @@ BEGIN
     IF v_changed THEN
         DELETE FROM pgmem.memory_vectors v WHERE v.user_id = v_user AND v.memory_id = p_id;
         PERFORM pgmem._store_vectors(v_user, p_id, p_vector_kinds, p_vectors);
-    ELSIF p_vectors IS NOT NULL THEN
+    ELSIF p_vectors IS NOT NULL AND p_content IS NULL THEN  -- (given with the unchanged content: they are its own)
         RAISE EXCEPTION 'extra vectors are replaced only together with new content' USING ERRCODE = 'PGM08';
     END IF;
     SET LOCAL pgmem.actor = '';
@@ -375,7 +382,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text, text[], vector[]) IS
-    'Update a memory that still holds: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata. p_expected_version makes it optimistic (PGM04 on mismatch; also when the memory was superseded or invalidated). Returns the new row; PGM03 when not found or expired.';
+    'Update a memory that still holds: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata; an update that changes nothing writes nothing (same version, no history). p_expected_version makes it optimistic (PGM04 on mismatch; also when the memory was superseded or invalidated). Returns the new row; PGM03 when not found or expired.';
 
 DO $pgmem$ BEGIN PERFORM pgmem._define($def$
 CREATE OR REPLACE FUNCTION pgmem.edit(p_id uuid, p_needle text, p_replacement text, p_embedding @vector@.vector, p_expected_version integer DEFAULT NULL::integer, p_agent_id text DEFAULT NULL::text, p_model text DEFAULT NULL::text, p_vector_kinds text[] DEFAULT NULL::text[], p_vectors @vector@.vector[] DEFAULT NULL::@vector@.vector[])

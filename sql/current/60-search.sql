@@ -601,6 +601,20 @@ BEGIN
             USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
                   (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding;
             PERFORM set_config('enable_sort', 'on', true);
+            IF coalesce(cardinality(v_near), 0) < v_pool THEN
+                -- The HNSW scan of the shared index stops after hnsw.max_scan_tuples entries: when other tenants'
+                -- vectors lie nearer the query than this user's, it returns fewer rows than asked (none at worst),
+                -- and the user's nearest memories would be missing whatever their text. Then the pool is the
+                -- scope's nearest rows by an exact scan (the index off: a scan of the user's rows and a sort).
+                PERFORM set_config('enable_indexscan', 'off', true);
+                EXECUTE format('SELECT array(SELECT m.id FROM pgmem.memories m WHERE %1$s'
+                               || ' ORDER BY (m.embedding::%3$s) OPERATOR(@vector@.<=>) (@vector@.l2_normalize($9)::%3$s), m.id'
+                               || ' LIMIT %2$s)', v_scope.o_sql, v_pool, v_cast)
+                INTO v_near
+                USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+                      (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding;
+                PERFORM set_config('enable_indexscan', 'on', true);
+            END IF;
             v_ids := ARRAY(SELECT DISTINCT x FROM unnest(v_ids || v_near) AS x);
         END IF;
         IF cardinality(v_ids) < p_k THEN
@@ -752,4 +766,4 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile times n / (n + 20); read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile times n / (n + 20); read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW, by an exact scan when the index returns fewer than the pool: other tenants'' vectors never empty it). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';

@@ -93,6 +93,8 @@ BEGIN
         RAISE EXCEPTION 'metadata must be a JSON object' USING ERRCODE = 'PGM08';
     END IF;
     PERFORM pgmem._check_expiry(p_expires_at);
+    PERFORM pgmem._check_time(p_expires_at, 'expires_at', true);
+    PERFORM pgmem._check_time(p_created_at, 'created_at');
     INSERT INTO pgmem.turns (user_id, space_id, session_id, agent_id, role, content, embedding, metadata, created_at, expires_at)
     VALUES (v_user, v_space.space_id, p_session_id, p_agent_id, p_role, p_content, p_embedding, coalesce(p_metadata, '{}'),
             coalesce(p_created_at, now()), p_expires_at)

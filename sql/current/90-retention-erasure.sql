@@ -194,6 +194,9 @@ BEGIN
             v_turn_skip := v_turn_skip + 1;
             CONTINUE;
         END IF;
+        PERFORM pgmem._check_time((v_row ->> 'created_at')::timestamptz, 'turn created_at');
+        PERFORM pgmem._check_time((v_row ->> 'expires_at')::timestamptz, 'turn expires_at', true);
+        PERFORM pgmem._check_time((v_row ->> 'consolidated_at')::timestamptz, 'turn consolidated_at');
         INSERT INTO pgmem.turns (user_id, space_id, session_id, agent_id, role, content, embedding, metadata, created_at, expires_at, consolidated_at)
         VALUES (v_user, v_space.space_id, v_row ->> 'session_id', v_row ->> 'agent_id', v_row ->> 'role', v_row ->> 'content',
                 (v_row ->> 'embedding')::@vector@.vector, coalesce(v_row -> 'metadata', '{}'), (v_row ->> 'created_at')::timestamptz,

@@ -184,6 +184,26 @@ BEGIN
     END LOOP;
 END
 $pgmem$;
+-- ... nor on the expression columns of their indexes (ANALYZE keeps statistics of an index expression, such as
+-- memories_user_key_idx's metadata->>'pgmem:key': every tenant's keys; migration 0022). Each space's HNSW index
+-- gets the same setting from create_space.
+DO $pgmem$
+DECLARE
+    v_idx regclass;
+    v_col integer;
+BEGIN
+    FOR v_idx, v_col IN
+        SELECT i.indexrelid::regclass, k.n FROM pg_catalog.pg_index i
+        CROSS JOIN LATERAL generate_subscripts(i.indkey, 1) AS k(n)
+        WHERE i.indrelid = ANY (ARRAY['pgmem.memories', 'pgmem.history', 'pgmem.memory_vectors', 'pgmem.turns',
+                                      'pgmem.memory_sources', 'pgmem.tenant_sizes', 'pgmem.role_bindings',
+                                      'pgmem.key_locks']::regclass[])
+          AND i.indkey[k.n] = 0
+    LOOP
+        EXECUTE pg_catalog.format('ALTER INDEX %s ALTER COLUMN %s SET STATISTICS 0', v_idx, v_col + 1);
+    END LOOP;
+END
+$pgmem$;
 
 -- The generated search statements (60-search.sql), written last so that they see every space.
 DO $pgmem$ BEGIN PERFORM pgmem._build_knn(); END $pgmem$;

@@ -639,3 +639,95 @@ def test_a_batch_add_checks_its_extra_vectors_and_arrays(bench, sql, message):
         err = error_of(conn, sql)
         assert err is not None and err.sqlstate == "PGM08" and message in str(err), err
         assert alice_rows(bench) == before
+
+
+# --------------------------------------------------------------------------------------------------------
+# Found by an attack review as agent and gateway logins with psql (2 December 2026; fixed in 0022)
+# --------------------------------------------------------------------------------------------------------
+def test_another_tenants_vectors_never_empty_a_users_hybrid_candidates(bench):
+    """Above pgmem.exact_search_max_rows hybrid search takes its vector candidates from the shared HNSW index,
+    whose scan stops after hnsw.max_scan_tuples (20,000) entries: when another tenant held more than that many
+    vectors nearer the query, bob's pool came back empty and his best match fell out of the results (the exact
+    route was taken only when both pools together held fewer than k). The pool now falls back to an exact
+    scan of the user's rows when the index returns fewer rows than the pool asks for."""
+    gw = bench.login("gateway")
+    with bench.connect(gw) as conn:
+        conn.execute("SELECT * FROM pgmem.create_space('h8', 'm', 8)")
+        with conn.transaction():  # bob: 40 fillers far from e1 that hold the query's words, and his one match
+            conn.execute("SELECT pgmem.act_as('bob')")
+            conn.execute("SELECT count(*) FROM pgmem.add_batch('h8', ARRAY(SELECT 'filler report ' || g FROM generate_series(1, 40) g),"
+                         " ARRAY(SELECT format('[%s,1,1,1,1,1,1,1]', -1 - g)::vector FROM generate_series(1, 40) g))")
+            conn.execute("SELECT * FROM pgmem.add('h8', 'The quarterly budget review moved to Tuesday', '[1,0.3,0,0,0,0,0,0]')")
+        for batch in range(3):  # alice: 21,000 vectors nearer e1 than bob's match
+            with conn.transaction():
+                conn.execute("SELECT pgmem.act_as('alice')")
+                conn.execute("SELECT count(*) FROM pgmem.add_batch('h8', ARRAY(SELECT 'alice decoy ' || %s || '-' || g"
+                             " FROM generate_series(1, 7000) g), ARRAY(SELECT format('[1,%%s,%%s,0,0,0,0,0]', (g %% 97) * 0.0001,"
+                             " (g / 97) * 0.0001)::vector FROM generate_series(1, 7000) g))", [batch])
+
+        def top(threshold: int) -> list[str]:
+            with conn.transaction():
+                conn.execute("SELECT pgmem.act_as('bob')")
+                conn.execute("SELECT set_config('pgmem.exact_search_max_rows', %s, true)", [str(threshold)])
+                return [r[0] for r in conn.execute(
+                    "SELECT content FROM pgmem.search_hybrid('h8', 'filler report', '[1,0,0,0,0,0,0,0]', 5)").fetchall()]
+
+        exact = top(5000)  # bob's 41 rows: the exact route
+        assert "The quarterly budget review moved to Tuesday" in exact
+        assert top(10) == exact  # the pooled route (41 > 10) finds the same
+
+
+def test_no_index_keeps_statistics_of_a_tenants_values(bench):
+    """memories_user_key_idx indexes the expression metadata->>'pgmem:key': ANALYZE (autovacuum runs it
+    unasked) kept every tenant's keys in pg_statistic, even after erase_user. Expression columns of indexes on
+    tenant tables keep no statistics, as the tables' own columns."""
+    gw = bench.login("gateway")
+    with bench.connect(gw) as conn, conn.transaction():
+        conn.execute("SELECT pgmem.act_as('bob')")
+        conn.execute("SELECT * FROM pgmem.put_keyed('t3', ARRAY['bob-secret-key'], ARRAY['keyed'], ARRAY[%s])",
+                     [vec(1, 2, 2)])
+    bench.admin.execute("ANALYZE pgmem.memories")
+    rows = bench.admin.execute(
+        "SELECT c.relname FROM pg_statistic s JOIN pg_class c ON c.oid = s.starelid"
+        " WHERE c.relnamespace = 'pgmem'::regnamespace AND c.relkind = 'i'").fetchall()
+    assert rows == []
+    assert bench.admin.execute(
+        "SELECT count(*) FROM pg_attribute a JOIN pg_index i ON i.indexrelid = a.attrelid"
+        " WHERE i.indrelid = ANY(ARRAY['pgmem.memories', 'pgmem.history', 'pgmem.memory_vectors', 'pgmem.turns',"
+        " 'pgmem.memory_sources']::regclass[]) AND a.attnum > 0 AND a.attstattarget IS DISTINCT FROM 0"
+        " AND i.indexprs IS NOT NULL AND a.attnum = ANY (SELECT k + 1 FROM generate_subscripts(i.indkey, 1) k"
+        "   WHERE i.indkey[k] = 0)").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM pgmem.add_batch('t3', ARRAY['far future'], ARRAY['[1,2,3]']::vector[],"
+    " p_created_at => ARRAY['10000-01-01 00:00:00+00']::timestamptz[])",
+    "SELECT * FROM pgmem.add_batch('t3', ARRAY['long ago'], ARRAY['[1,2,3]']::vector[],"
+    " p_created_at => ARRAY['0001-01-01 00:00:00+00']::timestamptz[])",
+    "SELECT * FROM pgmem.add('t3', 'expires after year 9999', '[1,2,4]', p_expires_at => '9999-12-31 23:59:59.999999-14:00')",
+    "SELECT * FROM pgmem.append_turn('t3', 's1', 'user', 'turn of the far future', p_created_at => '10000-01-01 00:00:00+00')",
+    "SELECT * FROM pgmem.append_turn('t3', 's1', 'user', 'turn expiring late', p_expires_at => '10000-01-01 00:00:00+00')",
+])
+def test_a_time_no_client_can_read_back_is_refused_at_write(bench, sql):
+    """A created_at or expires_at past 9999 was stored, and every later read of the user's rows (list, stats,
+    the dashboard's page of every user) failed in the client, which cannot represent the year 10000."""
+    with bench.connect(bench.login("bound")) as conn:
+        before = alice_rows(bench)
+        err = error_of(conn, sql)
+        assert err is not None and err.sqlstate == "PGM08" and "between" in str(err), err
+        assert alice_rows(bench) == before
+        assert conn.execute("SELECT count(*) FROM pgmem.append_turn('t3', 's1', 'user', 'never expires',"
+                            " p_expires_at => 'infinity')").fetchone() == (1,)  # 'infinity' stays: never
+
+
+def test_a_memory_created_in_the_future_is_refused(bench):
+    """A created_at ahead of the clock made a memory that list and search never showed (it holds from its
+    created_at) while its content blocked adding it again ('exists')."""
+    with bench.connect(bench.login("bound")) as conn:
+        before = alice_rows(bench)
+        err = error_of(conn, "SELECT * FROM pgmem.add_batch('t3', ARRAY['made tomorrow'], ARRAY['[1,2,3]']::vector[],"
+                             " p_created_at => ARRAY[now() + interval '1 day'])")
+        assert err is not None and err.sqlstate == "PGM08" and "in the future" in str(err), err
+        assert alice_rows(bench) == before
+        assert error_of(conn, "SELECT * FROM pgmem.add_batch('t3', ARRAY['made a minute ahead'], ARRAY['[1,2,3]']::vector[],"
+                              " p_created_at => ARRAY[now() + interval '1 minute'])") is None  # clock skew
