@@ -57,7 +57,7 @@ from psycopg.rows import dict_row
 
 from . import files
 from .doctor import INFRASTRUCTURE, Check
-from .errors import DatabaseUnavailable, IdentityError, PermissionDenied, PgmemError, SchemaError, from_psycopg
+from .errors import DatabaseUnavailable, IdentityError, PermissionDenied, PgmemError, SchemaError, from_psycopg, redact_dsn
 
 FORMAT = 2
 FORMATS = (1, 2)  # 1: roles in roles.sql (never executed any more), 2: roles.json
@@ -272,7 +272,7 @@ def _connect(dsn: str, **kw: Any) -> psycopg.Connection:
     try:
         return psycopg.connect(dsn, connect_timeout=10, row_factory=dict_row, **kw)
     except psycopg.Error as exc:
-        raise DatabaseUnavailable(f"could not connect to {dsn.split('@')[-1]}: {exc}") from exc
+        raise DatabaseUnavailable(f"could not connect to {redact_dsn(dsn)}: {exc}") from exc
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -551,7 +551,7 @@ def _prepare_target(dsn: str) -> tuple[str, bool, bool]:
         conn = psycopg.connect(dsn, connect_timeout=10, autocommit=True, row_factory=dict_row)
     except psycopg.OperationalError as exc:
         if "does not exist" not in str(exc):
-            raise DatabaseUnavailable(f"could not connect to {dsn.split('@')[-1]}: {exc}") from exc
+            raise DatabaseUnavailable(f"could not connect to {redact_dsn(dsn)}: {exc}") from exc
         maintenance = make_conninfo(dsn, dbname="postgres")
         with _connect(maintenance, autocommit=True) as admin:
             try:
@@ -713,7 +713,7 @@ def _prepare_legacy(dsn: str, manifest: dict, src: Path) -> tuple[str, bool, boo
         conn = psycopg.connect(dsn, connect_timeout=10, autocommit=True)
     except psycopg.OperationalError as exc:  # the target does not exist yet: ask the maintenance database
         if "does not exist" not in str(exc):
-            raise DatabaseUnavailable(f"could not connect to {dsn.split('@')[-1]}: {exc}") from exc
+            raise DatabaseUnavailable(f"could not connect to {redact_dsn(dsn)}: {exc}") from exc
         conn = _connect(make_conninfo(dsn, dbname="postgres"), autocommit=True)
     with conn:
         missing = _missing_roles(conn, names)

@@ -1040,12 +1040,15 @@ def parse_duration(text: str, option: str, *, allow_none: bool = False):
     value = text.strip().lower()
     if allow_none and value in ("none", "never", "off"):
         return None
-    m = re.fullmatch(r"(\d{1,9})\s*([smhdw])", value)
+    m = re.fullmatch(r"(\d+)\s*([smhdw])", value)
     if not m:
         raise ValidationError(f"{option} {text!r} is not a duration", field=option.lstrip("-"),
                               hint="a whole number and a unit s, m, h, d or w, e.g. 90s, 15m, 12h, 30d"
                                    + (", or none to keep memories until deleted" if allow_none else ""))
     seconds = int(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if seconds > timedelta.max.days * 86400:
+        raise ValidationError(f"{option} {text!r} is too long: at most {timedelta.max.days:,} days",
+                              field=option.lstrip("-"))
     if seconds <= 0:
         raise ValidationError(f"{option} must be positive, got {text!r}", field=option.lstrip("-"))
     return timedelta(seconds=seconds)
@@ -1391,6 +1394,10 @@ def serve_(ctx: typer.Context,
            insecure_cookies: Annotated[bool, typer.Option(
                "--insecure-cookies", help="Drop the Secure flag of the dashboard's cookies (plain http on a "
                                           "non-local address; never on a network you do not control).")] = False,
+           forwarded_allow_ips: Annotated[Optional[str], typer.Option(
+               "--forwarded-allow-ips", help="Behind a reverse proxy: its address(es), comma-separated, whose "
+                                             "X-Forwarded-For names the client (the failed-login limit is per "
+                                             "client address). Default: trust none.", show_default=False)] = None,
            dsn: DsnOpt = None, space: SpaceOpt = None) -> None:
     """The HTTP API (OpenAPI docs at /docs) and the web dashboard (/ui), on FastAPI and uvicorn. Connects as
     pgmem_gateway and acts per request for the user of the request's API key. On first start it prints a
@@ -1405,7 +1412,7 @@ def serve_(ctx: typer.Context,
     serve(Settings(dsn=o.dsn, host=host, port=port, public_url=public_url, cors_origins=tuple(cors_origin or ()),
                    allowed_hosts=tuple(allowed_host or ()), space=o.space, max_body_bytes=max_body,
                    rate_limit=rate_limit, rate_burst=rate_burst, audit_retention=_td(days=audit_days),
-                   secure_cookies=not insecure_cookies))
+                   secure_cookies=not insecure_cookies, forwarded_allow_ips=forwarded_allow_ips))
 
 
 @app.command("install-plugin")

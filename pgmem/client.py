@@ -735,7 +735,11 @@ class MemoryBase:
         if value is None:
             return None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = timedelta(seconds=value)
+            try:
+                value = timedelta(seconds=value)
+            except (ValueError, OverflowError):  # NaN, infinity, past timedelta's 999,999,999 days
+                raise ValidationError(f"{field} must be a positive timedelta (or a finite number of seconds), "
+                                      f"got {value!r}", field=field) from None
         if not isinstance(value, timedelta) or value <= timedelta(0):
             raise ValidationError(f"{field} must be a positive timedelta (or seconds), got {value!r}", field=field)
         return value

@@ -160,11 +160,13 @@ def run_checks(dsn: str, *, space: str = "default", role: str | None = None, emb
     import psycopg
     from psycopg.rows import dict_row
 
+    from .errors import redact_dsn
+
     checks: list[Check] = []
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout, row_factory=dict_row)
     except Exception as exc:  # psycopg.OperationalError, bad DSN (ProgrammingError)
-        checks.append(Check("connection", False, f"cannot connect to {dsn.split('@')[-1]}: {_one_line(exc)}"))
+        checks.append(Check("connection", False, f"cannot connect to {redact_dsn(dsn)}: {_one_line(exc)}"))
         checks += _embedder_checks(embedder, None)
         return checks
     with conn:

@@ -139,6 +139,11 @@ SQLSTATE_CLASSES: dict[str, type[PgmemError]] = {
     "22021": ValidationError,  # character_not_in_repertoire (NUL bytes)
     "22P05": ValidationError,  # untranslatable_character (\u0000 in jsonb)
     "22P02": ValidationError,  # invalid_text_representation
+    "22007": ValidationError,  # invalid_datetime_format (a time given as text that is none)
+    "22008": ValidationError,  # datetime_field_overflow
+    "42846": ValidationError,  # cannot_coerce (e.g. a number where an id goes)
+    "42804": ValidationError,  # datatype_mismatch
+    "42704": ValidationError,  # undefined_object (e.g. a text search configuration that does not exist)
     "22023": ValidationError,  # invalid_parameter_value
     "22003": ValidationError,  # numeric_value_out_of_range (e.g. a component beyond halfvec's +-65504)
     "22001": ValidationError,  # string_data_right_truncation
@@ -183,3 +188,33 @@ def from_psycopg(exc: BaseException) -> PgmemError:
     if cls is DatabaseError:
         message = f"database error {sqlstate}: {message}"
     return cls(message, sqlstate=sqlstate, hint=hint)
+
+
+_SECRET_KEYS = ("password", "user", "sslpassword")
+
+
+def redact_dsn(dsn: str | None) -> str:
+    """``dsn`` as it may appear in a message: without its user and password, in either form libpq accepts.
+    A URL (``postgresql://user:secret@host/db?password=...``) keeps its scheme-less rest, ``host/db``, and its
+    query without those keys; a keyword DSN (``host=h password=secret``) keeps its other keywords. One that
+    does not parse is not echoed at all."""
+    if not dsn:
+        return ""
+    from urllib.parse import parse_qsl, urlencode, urlsplit
+
+    if "://" in dsn:
+        try:
+            parts = urlsplit(dsn)
+            host = parts.netloc.rpartition("@")[2]
+            query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                               if k not in _SECRET_KEYS], safe="/")
+        except ValueError:
+            return "(a DSN that does not parse)"
+        return host + parts.path + (f"?{query}" if query else "")
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        kept = {k: v for k, v in conninfo_to_dict(dsn).items() if k not in _SECRET_KEYS}
+        return make_conninfo(**kept)
+    except psycopg.Error:
+        return "(a DSN that does not parse)"

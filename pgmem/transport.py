@@ -31,7 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 
-from .errors import DatabaseUnavailable, PgmemError, SchemaError, from_psycopg
+from .errors import DatabaseUnavailable, PgmemError, SchemaError, from_psycopg, redact_dsn
 from .queries import Statement, query, statement
 
 GATEWAY_ROLE = "pgmem_gateway"
@@ -208,7 +208,7 @@ class Transport:
 
     def safe_dsn(self) -> str:
         """The DSN without user and password (for messages)."""
-        return (self.dsn or "").split("@")[-1]
+        return redact_dsn(self.dsn)
 
     def _probe_error(self, exc: psycopg.Error) -> PgmemError:
         """The error of the direct probe connection: DatabaseUnavailable when no server answered, else the

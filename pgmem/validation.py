@@ -223,6 +223,10 @@ def check_k(k: Any) -> int:
 
 
 def check_batch_size(items: Sequence) -> None:
+    """A batch is a list (or tuple) of at most ``MAX_BATCH`` items: a string is refused, not stored one
+    character per memory, and so is a mapping (its keys would be the items)."""
+    if isinstance(items, (str, bytes, bytearray, Mapping)) or not isinstance(items, Sequence):
+        raise ValidationError(f"a batch must be a list of items, got {type(items).__name__}", field="items")
     if len(items) > MAX_BATCH:
         raise ValidationError(f"a batch holds at most {MAX_BATCH} memories, got {len(items)}", field="items")
 

@@ -48,7 +48,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ..errors import DatabaseUnavailable, DuplicateMemory, EmbeddingSpaceMismatch, PgmemError
+from ..errors import DatabaseUnavailable, DuplicateMemory, EmbeddingSpaceMismatch, PgmemError, redact_dsn
 from ..validation import MAX_CONTENT_CHARS
 
 log = logging.getLogger("pgmem.hermes")
@@ -235,7 +235,7 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
     def get_status_config(self, provider_config: Dict[str, Any]) -> Dict[str, Any]:
         cfg = load_config(self._hermes_home or _hermes_home(), self._overrides)
         dsn = cfg.get("dsn")
-        return {"dsn": dsn.split("@")[-1] if dsn else "(embedded server)", "user": cfg.get("user") or "(host's)",
+        return {"dsn": redact_dsn(dsn) if dsn else "(embedded server)", "user": cfg.get("user") or "(host's)",
                 "space": cfg["space"], "embedder": cfg["embedder"] or _shared_embedder_kind()}
 
     # -- lifecycle --------------------------------------------------------------------------------------

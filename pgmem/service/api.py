@@ -18,12 +18,12 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictBool
 
 from ..client import Context, MemoryRecord
 from ..errors import NotFound, PermissionDenied, ValidationError
 from .. import validation as v
-from .errors import BadRequest, Forbidden, Unauthorized
+from .errors import BadJson, BadRequest, Forbidden, Unauthorized
 from .store import HEALTH_USER, Principal
 
 router = APIRouter()
@@ -73,13 +73,25 @@ async def principal(request: Request, lookup: bool = False) -> Principal:
     return p
 
 
+def _header_text(request: Request, name: str) -> str | None:
+    """A header's value as the UTF-8 text a client sends (Starlette decodes header bytes as Latin-1, so a
+    user id such as "ユーザー" did not match the one the key names); bytes that are no UTF-8 stay as decoded."""
+    value = request.headers.get(name)
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
 def acting(request: Request, p: Principal, *, write: bool, user_id: str | None = None,
            agent_id: str | None = None) -> Any:
     """The AsyncMemory acting for this request: the key's user (a user key) or the one user an admin key was
     asked to act for, out of those it names. ``user_id`` is the body's field, if any; the query's
     ``user_id`` and the ``X-Pgmem-User`` header are read here. ``agent_id``: the agent a write records
     (a key bound to an agent writes as that agent only). Forbidden (403) for anything the key may not reach."""
-    named = {u for u in (user_id, request.query_params.get("user_id"), request.headers.get("x-pgmem-user")) if u}
+    named = {u for u in (user_id, request.query_params.get("user_id"), _header_text(request, "x-pgmem-user")) if u}
     if len(named) > 1:
         raise ValidationError(f"the request names several users {sorted(named)}", field="user_id")
     asked = next(iter(named), None)
@@ -134,6 +146,8 @@ def _filter(raw: str | None) -> dict | None:
         out = json.loads(raw)
     except ValueError as exc:
         raise ValidationError(f"filter is not JSON: {exc}", field="filter") from None
+    except RecursionError:  # nesting past Python's recursion limit, as in a body (400, not a 500)
+        raise BadJson("filter is nested too deeply to parse", field="filter") from None
     if not isinstance(out, dict):
         raise ValidationError("filter must be a JSON object", field="filter")
     return out
@@ -223,8 +237,8 @@ class DeleteAllBody(Strict):
     agent_id: Optional[str] = None
     session_id: Optional[str] = None
     filter: Optional[dict[str, Any]] = None
-    all_spaces: bool = False
-    confirm: bool = False
+    all_spaces: StrictBool = False
+    confirm: StrictBool = False  # true, not "yes": deleting everything is not guessed from a string
     user_id: Optional[str] = None
 
 
@@ -382,8 +396,9 @@ async def delete(request: Request, memory_id: UUID, p: Principal = Depends(princ
 
 @router.post(V1 + "/memories/delete", tags=tags, summary="Delete every memory of a scope (confirm for all)")
 async def delete_all(request: Request, body: DeleteAllBody, p: Principal = Depends(principal)) -> dict:
-    m = acting(request, p, write=True, user_id=body.user_id)
-    n = await m.delete_all(agent_id=body.agent_id, session_id=body.session_id, filter=body.filter,
+    # A key bound to an agent deletes that agent's memories only (naming another agent is refused, as for writes).
+    m = acting(request, p, write=True, user_id=body.user_id, agent_id=body.agent_id)
+    n = await m.delete_all(agent_id=body.agent_id or p.agent_id, session_id=body.session_id, filter=body.filter,
                            all_spaces=body.all_spaces, confirm=body.confirm)
     return {"deleted": n}
 
@@ -544,7 +559,7 @@ async def mem0_get(request: Request, memory_id: UUID, p: Principal = Depends(pri
 @mem0_router.post("/search", summary="Search memories (Mem0)")
 async def mem0_search(request: Request, body: Mem0Search, p: Principal = Depends(principal)) -> dict:
     m = acting(request, p, write=False, user_id=body.user_id)
-    hits = await m.search(body.query, k=min(max(body.limit, 1), 1000), filter=body.filters, agent_id=body.agent_id,
+    hits = await m.search(body.query, k=body.limit, filter=body.filters, agent_id=body.agent_id,  # 1..1000, refused outside
                           session_id=body.run_id)
     return {"results": [mem0_item(h, h.score if h.score is not None else h.similarity) for h in hits]}
 
@@ -582,7 +597,7 @@ async def mem0_delete(request: Request, memory_id: UUID, p: Principal = Depends(
 @mem0_router.delete("/memories", summary="Delete all memories (Mem0)")
 async def mem0_delete_all(request: Request, p: Principal = Depends(principal), user_id: Optional[str] = None,
                           run_id: Optional[str] = None, agent_id: Optional[str] = None) -> dict:
-    m = acting(request, p, write=True)
+    m = acting(request, p, write=True, agent_id=agent_id)
     _mem0_scope(user_id, agent_id, run_id)
-    await m.delete_all(agent_id=agent_id, session_id=run_id, confirm=True)
+    await m.delete_all(agent_id=agent_id or p.agent_id, session_id=run_id, confirm=True)
     return {"message": "All relevant memories deleted"}

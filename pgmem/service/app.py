@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..client import GATEWAY_ROLE
-from ..errors import PgmemError, ValidationError
+from ..errors import PgmemError, ValidationError, redact_dsn
 from .errors import BadJson, BadRequest, MethodNotAllowed, PayloadTooLarge, RateLimited, RouteNotFound, body_of, status_of
 from .store import HEALTH_USER, Store
 
@@ -53,6 +53,10 @@ class Settings:
       between writes of the buffered log (1 s).
     - ``session_ttl`` (12 h), ``setup_ttl`` (24 h), ``secure_cookies`` (True; the Secure flag), ``pool_size``
       (10 connections).
+    - ``forwarded_allow_ips``: the addresses of the reverse proxies whose ``X-Forwarded-For`` names the client
+      (uvicorn's ``forwarded_allow_ips``, comma-separated; None: trust none, the address is the peer's). Behind a
+      proxy, set it to the proxy's address: the dashboard's failed-login limit is per client address, and
+      without it every client shares the proxy's.
     """
 
     dsn: str | None = None
@@ -72,6 +76,7 @@ class Settings:
     setup_ttl: timedelta = timedelta(hours=24)
     secure_cookies: bool = True
     pool_size: int = 10
+    forwarded_allow_ips: str | None = None
     announce: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
     def base_url(self) -> str:
@@ -105,6 +110,16 @@ class RateLimiter:
     def __init__(self, rate: float, burst: int) -> None:
         self.rate, self.burst = rate, float(burst)
         self._buckets: dict[str, tuple[float, float]] = {}
+
+    def check(self, key: str) -> None:
+        """RateLimited when ``key``'s bucket is empty, without spending a token (to count only some requests,
+        such as failed logins: check first, :meth:`take` when one fails)."""
+        now = time.monotonic()
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens < 1.0:
+            raise RateLimited(f"rate limit of {self.rate:g} requests per second (burst {self.burst:g}) exceeded",
+                              retry_after=(1.0 - tokens) / self.rate)
 
     def take(self, key: str) -> None:
         """Spend one token of ``key``'s bucket; RateLimited (with the seconds until the next token) when empty."""
@@ -178,7 +193,7 @@ class Service:
         self.mem: AsyncMemory = None  # type: ignore[assignment]  # opened by start()
         self.store: Store = None  # type: ignore[assignment]
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst)
-        self.login_limiter = RateLimiter(0.2, 10)  # dashboard logins per client address: 10, then one per 5 s
+        self.login_limiter = RateLimiter(0.2, 10)  # failed dashboard logins per client address: 10, then one per 5 s
         self.audit = AuditLog(None, settings.audit_flush_interval)  # type: ignore[arg-type]
         self.setup_link: str | None = None
         self._maintainer: Any = None
@@ -330,7 +345,7 @@ async def preflight(dsn: str | None) -> str:
     from ..errors import DatabaseUnavailable, PermissionDenied
 
     conninfo, _ = await asyncio.to_thread(resolve_dsn, dsn)
-    where = conninfo.split("@")[-1]
+    where = redact_dsn(conninfo)
     try:
         conn = await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10, autocommit=True)
     except psycopg.Error as exc:
@@ -585,6 +600,14 @@ def _version() -> str:
     return __version__
 
 
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's settings for the service: the client address is the peer's unless ``forwarded_allow_ips``
+    names the proxies to trust (uvicorn's own default trusts X-Forwarded-For from 127.0.0.1)."""
+    return {"host": settings.host, "port": settings.port, "log_level": "warning",
+            "proxy_headers": settings.forwarded_allow_ips is not None,
+            "forwarded_allow_ips": settings.forwarded_allow_ips, "server_header": False, "date_header": True}
+
+
 def serve(settings: Settings) -> None:
     """Run the service with uvicorn until interrupted (Ctrl-C)."""
     import uvicorn
@@ -592,5 +615,4 @@ def serve(settings: Settings) -> None:
     settings.check()
     settings.dsn = asyncio.run(preflight(settings.dsn))  # a clear error before uvicorn starts
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", proxy_headers=False,
-                server_header=False, date_header=True)
+    uvicorn.run(app, **uvicorn_options(settings))

@@ -82,6 +82,7 @@ def test_retention_shows_sets_and_refuses_bad_durations(cli, alice):
         err = failed(cli("retention", "--memory-ttl", value, user=None))
         assert "is not a duration" in err and "hint:" in err and "none" in err, value
     assert "must be positive" in failed(cli("retention", "--turn-ttl", "0s", user=None))
+    assert "is too long: at most 999,999,999 days" in failed(cli("retention", "--memory-ttl", "99999999999d", user=None))
     assert "is not a duration" in failed(cli("retention", "--turn-ttl", "none", user=None))
     assert 'space "nope" does not exist' in failed(cli("retention", "--space", "nope", user=None, space=False))
 

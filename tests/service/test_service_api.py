@@ -607,3 +607,69 @@ def test_dashboard_pages_forbid_scripts_framing_and_referrers(svc):
     assert "script-src" not in r.headers["content-security-policy"]
     assert "default-src 'none'" in r.headers["content-security-policy"]
     assert r.headers["x-frame-options"] == "DENY" and r.headers["referrer-policy"] == "no-referrer"
+
+
+# Found by an attack review and a new user's sweep (2 December 2026)
+def test_a_key_bound_to_an_agent_deletes_only_that_agents_memories(svc, admin_ui):
+    """delete_all named another agent and deleted its memories, although a bound key's writes naming another
+    agent are refused; without an agent it deleted every agent's."""
+    planner = issue_key(admin_ui, "planner2", user="carol", agent="planner")
+    other = issue_key(admin_ui, "other", user="carol", agent="scout")
+    with api(svc, other) as c:
+        assert c.post("/v1/memories", json={"content": "scout saw the river"}).status_code == 201
+    with api(svc, planner) as c:
+        assert c.post("/v1/memories", json={"content": "planner booked the hotel"}).status_code == 201
+        assert c.post("/v1/memories/delete", json={"agent_id": "scout"}).status_code == 403
+        assert c.delete("/memories", params={"agent_id": "scout"}).status_code == 403
+        r = c.post("/v1/memories/delete", json={"confirm": True})
+        assert r.status_code == 200 and r.json() == {"deleted": 1}
+        assert [m["content"] for m in c.get("/v1/memories").json()["items"]] == ["scout saw the river"]
+
+
+def test_loose_values_are_refused_where_they_would_be_guessed(svc, admin_ui):
+    key = issue_key(admin_ui, "loose", user="dora")
+    with api(svc, key) as c:
+        c.post("/v1/memories", json={"content": "kept"})
+        r = c.post("/v1/memories/delete", json={"confirm": "yes"})  # deleting everything needs true
+        assert r.status_code == 422 and err(r)["field"] == "confirm"
+        assert len(c.get("/v1/memories").json()["items"]) == 1
+        for limit in (0, 5000):  # k is refused outside 1..1000, never clamped (docs/limits.md)
+            assert c.post("/search", json={"query": "kept", "user_id": "dora", "limit": limit}).status_code == 422
+        deep = "[" * 3000 + "]" * 3000  # nesting that exhausts the parser: 400, as in a body
+        r = c.get("/v1/memories", params={"filter": deep})
+        assert r.status_code == 400 and err(r)["code"] == "bad_json"
+
+
+def _login(b: Browser, password: str, client: str | None = None) -> int:
+    page = b.get("/ui/login")
+    headers = {"X-Forwarded-For": client} if client else {}
+    return b.post("/ui/login", {"username": "admin", "password": password, "csrf": b.csrf(page.text)},
+                  headers=headers).status_code
+
+
+@pytest.mark.parametrize("proxy", [False, True])
+def test_nobody_elsewhere_can_lock_the_administrator_out(dsn, proxy):
+    """The login limit spent a token per attempt per client address: eleven wrong passwords from anywhere (behind
+    a proxy every client has the proxy's address) locked the administrator out, correct password included. Only
+    failures count now, and behind a proxy named by forwarded_allow_ips the address is the client's."""
+    with running_service(dsn, **({"forwarded_allow_ips": "127.0.0.1"} if proxy else {})) as svc:
+        admin_browser = bootstrap(svc)
+        for _ in range(12):  # an administrator's own logins cost nothing
+            assert _login(Browser(svc.url), PASSWORD, "198.51.100.7" if proxy else None) in (200, 303)
+        attacker = Browser(svc.url)
+        codes = [_login(attacker, "wrong password!", "203.0.113.9" if proxy else None) for _ in range(11)]
+        assert codes[:10] == [401] * 10 and codes[10] == 429
+        admin_code = _login(Browser(svc.url), PASSWORD, "198.51.100.7" if proxy else None)
+        # With the proxy named, the administrator's address is its own; without, it is the attacker's too.
+        assert admin_code == (303 if proxy else 429)
+        assert admin_browser is not None
+
+
+def test_a_user_id_in_the_header_is_read_as_utf8(svc, admin_ui):
+    """X-Pgmem-User: ユーザー was 403 ('may not act for the user'): Starlette decodes header bytes as Latin-1."""
+    key = issue_key(admin_ui, "unicode", kind="admin", users="ユーザー")
+    with api(svc, key) as c:
+        r = c.post("/v1/memories", json={"content": "named in a header"}, headers={"X-Pgmem-User": "ユーザー".encode()})
+        assert r.status_code == 201, r.text
+        items = c.get("/v1/memories", params={"user_id": "ユーザー"}).json()["items"]
+        assert [m["content"] for m in items] == ["named in a header"]

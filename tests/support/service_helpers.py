@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import httpx
 
 from pgmem.service import Settings, create_app
+from pgmem.service.app import uvicorn_options
 from pgmem.testing import HashEmbedder
 
 
@@ -55,7 +56,7 @@ def running_service(dsn: str, **kw: Any) -> Iterator[Running]:
     kw.setdefault("pool_size", 4)
     settings = Settings(dsn=dsn, host="127.0.0.1", port=port, announce=lines.append, **kw)
     app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **uvicorn_options(settings)))  # as pgmem serve
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
