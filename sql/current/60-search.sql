@@ -593,28 +593,24 @@ BEGIN
               NULL::integer, NULL::text, NULL::float8, v_lexemes, v_tsquery;
         PERFORM set_config('enable_indexscan', 'on', true);
         IF p_embedding IS NOT NULL THEN  -- united with the nearest vectors (HNSW)
+            -- Pass 1: HNSW. The scan of the shared index stops after hnsw.max_scan_tuples entries: when other
+            -- tenants' vectors lie nearer the query than this user's, it returns fewer rows than asked (none at
+            -- worst), and the user's nearest memories would be missing whatever their text. Then pass 2: the
+            -- scope's nearest rows by an exact scan (the index off: a scan of the user's rows and a sort).
             PERFORM set_config('enable_sort', 'off', true);
-            EXECUTE format('SELECT array(SELECT m.id FROM pgmem.memories m WHERE %1$s'
-                           || ' ORDER BY (m.embedding::%3$s) OPERATOR(@vector@.<=>) (@vector@.l2_normalize($9)::%3$s)'
-                           || ' LIMIT %2$s)', v_scope.o_sql, v_pool, v_cast)
-            INTO v_near
-            USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
-                  (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding;
-            PERFORM set_config('enable_sort', 'on', true);
-            IF coalesce(cardinality(v_near), 0) < v_pool THEN
-                -- The HNSW scan of the shared index stops after hnsw.max_scan_tuples entries: when other tenants'
-                -- vectors lie nearer the query than this user's, it returns fewer rows than asked (none at worst),
-                -- and the user's nearest memories would be missing whatever their text. Then the pool is the
-                -- scope's nearest rows by an exact scan (the index off: a scan of the user's rows and a sort).
-                PERFORM set_config('enable_indexscan', 'off', true);
+            FOR v_pass IN 1 .. 2 LOOP
                 EXECUTE format('SELECT array(SELECT m.id FROM pgmem.memories m WHERE %1$s'
-                               || ' ORDER BY (m.embedding::%3$s) OPERATOR(@vector@.<=>) (@vector@.l2_normalize($9)::%3$s), m.id'
+                               || ' ORDER BY (m.embedding::%3$s) OPERATOR(@vector@.<=>) (@vector@.l2_normalize($9)::%3$s)'
                                || ' LIMIT %2$s)', v_scope.o_sql, v_pool, v_cast)
                 INTO v_near
                 USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
                       (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding;
-                PERFORM set_config('enable_indexscan', 'on', true);
-            END IF;
+                EXIT WHEN coalesce(cardinality(v_near), 0) >= v_pool;
+                PERFORM set_config('enable_indexscan', 'off', true);
+                PERFORM set_config('enable_sort', 'on', true);
+            END LOOP;
+            PERFORM set_config('enable_indexscan', 'on', true);
+            PERFORM set_config('enable_sort', 'on', true);
             v_ids := ARRAY(SELECT DISTINCT x FROM unnest(v_ids || v_near) AS x);
         END IF;
         IF cardinality(v_ids) < p_k THEN
