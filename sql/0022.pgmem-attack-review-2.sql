@@ -307,7 +307,7 @@ $def$); END $pgmem$;
 -- on each side, so the time is readable in any time zone (UTC-12 to UTC+14). 'infinity' (never) is allowed
 -- where it means something: an expiry.
 CREATE OR REPLACE FUNCTION pgmem._check_time(p_value timestamptz, p_field text, p_infinity_ok boolean DEFAULT false) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE  -- (its message shows the time in the session's TimeZone)
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 BEGIN

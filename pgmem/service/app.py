@@ -111,15 +111,12 @@ class RateLimiter:
         self.rate, self.burst = rate, float(burst)
         self._buckets: dict[str, tuple[float, float]] = {}
 
-    def check(self, key: str) -> None:
-        """RateLimited when ``key``'s bucket is empty, without spending a token (to count only some requests,
-        such as failed logins: check first, :meth:`take` when one fails)."""
-        now = time.monotonic()
-        tokens, last = self._buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if tokens < 1.0:
-            raise RateLimited(f"rate limit of {self.rate:g} requests per second (burst {self.burst:g}) exceeded",
-                              retry_after=(1.0 - tokens) / self.rate)
+    def give_back(self, key: str) -> None:
+        """Return the token :meth:`take` spent for ``key`` (up to ``burst``): to count only some requests, such as
+        failed logins, take first (so that concurrent requests cannot all pass an empty bucket) and give back
+        when the request turns out not to count."""
+        tokens, last = self._buckets.get(key, (self.burst, time.monotonic()))
+        self._buckets[key] = (min(self.burst, tokens + 1.0), last)
 
     def take(self, key: str) -> None:
         """Spend one token of ``key``'s bucket; RateLimited (with the seconds until the next token) when empty."""

@@ -251,9 +251,10 @@ async def login_submit(request: Request, username: str = Form(""), password: str
     _check_pre_session_csrf(request, csrf)
     service = service_of(request)
     # Failures only are counted, per client address (behind a proxy: Settings.forwarded_allow_ips), so that
-    # nobody elsewhere can lock an administrator out by failing on purpose.
+    # nobody elsewhere can lock an administrator out by failing on purpose: every attempt spends a token (no
+    # burst of concurrent guesses passes an empty bucket), a successful one gets it back.
     limit_key = f"login:{request.client.host if request.client else '?'}"
-    service.login_limiter.check(limit_key)
+    service.login_limiter.take(limit_key)
     account = await service.store.account(username) if username else None
     ok = False
     hasher = _hasher()
@@ -269,8 +270,8 @@ async def login_submit(request: Request, username: str = Form(""), password: str
     else:
         hasher.hash(password or "x")  # the same work for an unknown name: no timing oracle
     if not ok:
-        service.login_limiter.take(limit_key)
         return render(request, "login.html", status=401, csrf=csrf, error="Wrong user name or password.", next=next)
+    service.login_limiter.give_back(limit_key)
     target = next if next.startswith("/ui/") and not next.startswith("//") else "/ui/memories"
     return await _open_session(request, account["account_id"], account["username"], target)
 

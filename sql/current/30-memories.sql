@@ -200,7 +200,7 @@ COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cos
 -- on each side, so the time is readable in any time zone (UTC-12 to UTC+14). 'infinity' (never) is allowed
 -- where it means something: an expiry.
 CREATE FUNCTION pgmem._check_time(p_value timestamptz, p_field text, p_infinity_ok boolean DEFAULT false) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE  -- (its message shows the time in the session's TimeZone)
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 BEGIN

@@ -673,3 +673,20 @@ def test_a_user_id_in_the_header_is_read_as_utf8(svc, admin_ui):
         assert r.status_code == 201, r.text
         items = c.get("/v1/memories", params={"user_id": "ユーザー"}).json()["items"]
         assert [m["content"] for m in items] == ["named in a header"]
+
+
+def test_the_login_limit_is_spent_before_the_password_is_checked():
+    """Each attempt takes its token first, so concurrent guesses cannot all pass one remaining token; a
+    successful login gives its token back."""
+    from pgmem.service.app import RateLimiter
+    from pgmem.service.errors import RateLimited
+
+    limiter = RateLimiter(1e-9, 2)
+    limiter.take("a")
+    limiter.take("a")  # two attempts in flight at once: the bucket is empty before either is checked
+    with pytest.raises(RateLimited):
+        limiter.take("a")
+    limiter.give_back("a")  # one of them succeeded
+    limiter.take("a")
+    with pytest.raises(RateLimited):
+        limiter.take("a")
