@@ -26,6 +26,7 @@ by default); pgmem turns them on explicitly too: ``pip install 'pgmem-agents[mcp
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import os
 import sys
@@ -328,6 +329,119 @@ def stdout_to_stderr() -> Iterator[None]:
         sys.stdout = saved_stream
 
 
+def _lone_surrogate(message: Any) -> str | None:
+    """Where the first string holding a lone surrogate sits in a parsed JSON value (``$.params.arguments.content``),
+    or None. Walked with a stack, not recursion: the value came from a client."""
+    stack: list[tuple[str, Any]] = [("$", message)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return path
+        elif isinstance(value, dict):
+            stack.extend((f"{path}.{k}", v) for k, v in value.items())
+            stack.extend((f"{path} (a key)", k) for k in value)
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+    return None
+
+
+def unreadable_reply(error: BaseException) -> Any:
+    """The JSON-RPC error answering a line of the stdio transport that the SDK could not parse, or None.
+
+    The SDK (1.x and 2.x) hands such a line to the server as an exception and answers nothing, so a client waits
+    for ever when its request holds a lone surrogate: JSON may write ``"\\ud800"``, which is no Unicode character,
+    and pydantic's parser refuses the line (it reads ``NaN`` and numbers of any size, so that is the one JSON it
+    refuses). When Python's parser reads the line (it accepts lone surrogates), it is a request (an object with
+    a ``method`` and an ``id``, a string or an integer) and a string in it holds a lone surrogate, the answer is
+    a JSON-RPC 2.0 error by that id, -32602 (invalid params), naming where the surrogate is; the text reaches
+    neither a tool nor the database. Other lines get no answer, as in the SDK: a line that is no JSON has no id
+    to answer, and answering notifications or responses could start an exchange of errors with a peer that
+    writes logs to the wire."""
+    try:
+        first = error.errors()[0]  # type: ignore[attr-defined]  # pydantic's ValidationError
+        if first["type"] != "json_invalid":  # valid JSON of the wrong shape: the SDK's own concern
+            return None
+        message = json.loads(first["input"])  # the whole line
+    except (AttributeError, LookupError, TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None
+    rid = message.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, (int, str)) or _lone_surrogate(rid) is not None:
+        return None
+    where = _lone_surrogate(message)
+    if where is None:
+        return None
+    text = f"{where} contains a lone surrogate, which is not valid Unicode text; pgmem stores UTF-8 text (nothing was done)"
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+
+    reply = types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(code=-32602, message=text))
+    wrapper = getattr(types, "JSONRPCMessage", None)  # mcp 1.x sends a root model around the message
+    if wrapper is not None and "root" in getattr(wrapper, "model_fields", {}):
+        reply = wrapper(reply)
+    return SessionMessage(reply)
+
+
+class _AnsweringReadStream:
+    """The stdio transport's read stream, minus the unreadable requests: each is answered on the write stream
+    (:func:`unreadable_reply`) instead of reaching the SDK, which would drop it. Everything else passes as is."""
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner, self._write = inner, write_stream
+
+    def __getattr__(self, name: str) -> Any:  # e.g. last_context, read by the SDK's session
+        return getattr(self._inner, name)
+
+    async def _answered(self, item: Any) -> bool:
+        reply = unreadable_reply(item) if isinstance(item, Exception) else None
+        if reply is None:
+            return False
+        await self._write.send(reply)
+        return True
+
+    async def receive(self) -> Any:
+        while await self._answered(item := await self._inner.receive()):
+            pass
+        return item
+
+    def __aiter__(self) -> _AnsweringReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        while await self._answered(item := await self._inner.__anext__()):
+            pass
+        return item
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _AnsweringReadStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+
+def run_stdio(server: Any) -> None:
+    """``server.run("stdio")``, with the requests the SDK cannot read answered (:func:`unreadable_reply`)."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = getattr(server, "_lowlevel_server", None) or server._mcp_server  # mcp 2.x, 1.x
+
+    async def main() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await lowlevel.run(_AnsweringReadStream(read_stream, write_stream), write_stream,
+                               lowlevel.create_initialization_options())
+
+    anyio.run(main)
+
+
 def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = "default",
           role: str | None | type = ..., transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
           embedder: Any = None, token: str | None = None) -> None:
@@ -360,7 +474,7 @@ def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = 
             raise
     try:
         if transport == "stdio":
-            server.run("stdio")
+            run_stdio(server)
         else:
             import uvicorn
 

@@ -182,3 +182,51 @@ def test_a_user_cannot_reach_another_users_memories(dsn: str, admin: psycopg.Con
     rows = admin.execute("SELECT user_id, content FROM pgmem.memories ORDER BY content").fetchall()
     assert ("alice", "Alice's locker code is 4711") in rows
     assert {u for u, c in rows if c.startswith("written by bob")} == {"bob"}
+
+
+def test_a_request_whose_text_is_not_unicode_gets_an_error_and_writes_nothing(dsn: str, admin: psycopg.Connection) -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``), which is no Unicode character; the SDK's parser refuses the
+    line and, left to itself, answers nothing (the client waits for ever). pgmem answers the request by its id with
+    a JSON-RPC error naming the surrogate, stores nothing, and goes on serving."""
+    import queue
+    import subprocess
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "pgmem.cli", "mcp", "--dsn", dsn, "--user", "alice",
+                             "--role", "pgmem_gateway"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+
+    def send(line: str) -> None:
+        proc.stdin.write(line.encode("ascii") + b"\n")
+        proc.stdin.flush()
+
+    lines: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in iter(proc.stdout.readline, b"")], daemon=True).start()
+
+    def answer() -> dict:
+        try:
+            return json.loads(lines.get(timeout=60))
+        except queue.Empty:
+            raise AssertionError("the server sent no answer in 60 s") from None
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "raw", "version": "0"}}}))
+        assert answer()["id"] == 1
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        for rid, args in ((7, '"content": "Alice\\ud800 likes tea"'), ("x8", '"content": "\\udfff"')):
+            send('{"jsonrpc": "2.0", "id": ' + json.dumps(rid) + ', "method": "tools/call", '
+                 '"params": {"name": "remember", "arguments": {' + args + '}}}')
+            reply = answer()
+            assert reply["id"] == rid and "result" not in reply, reply
+            assert reply["error"]["code"] == -32602 and "lone surrogate" in reply["error"]["message"], reply
+        # the server goes on: the next call works, and nothing was stored
+        send(json.dumps({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+                         "params": {"name": "list", "arguments": {"limit": 10}}}))
+        reply = answer()
+        assert reply["id"] == 10 and json.loads(reply["result"]["content"][0]["text"])["items"] == []
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert admin.execute("SELECT count(*) FROM pgmem.memories").fetchone()[0] == 0

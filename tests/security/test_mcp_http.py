@@ -143,3 +143,17 @@ def test_http_without_a_token_does_not_start(dsn: str) -> None:
         assert done.returncode != 0
         assert expected in done.stderr and "PGMEM_MCP_TOKEN" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_http_answers_a_lone_surrogate_with_400_and_stores_nothing(server: str, admin: psycopg.Connection) -> None:
+    init = post(server, INITIALIZE)
+    session = init.headers.get("mcp-session-id")
+    post(server, rpc("notifications/initialized", id=None), session=session)
+    body = ('{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "remember", '
+            '"arguments": {"content": "Alice\\ud800 takes the train"}}}')
+    h = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+         "Authorization": f"Bearer {TOKEN}", "Mcp-Session-Id": session or ""}
+    bad = httpx.post(server, content=body.encode("ascii"), headers=h, timeout=30)
+    assert bad.status_code == 400, bad.text
+    assert result_of(bad)["error"]["code"] == -32700 and "Traceback" not in bad.text
+    assert admin.execute("SELECT count(*) FROM pgmem.memories").fetchone()[0] == 0
