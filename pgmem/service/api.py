@@ -26,8 +26,28 @@ from .. import validation as v
 from .errors import BadJson, BadRequest, Forbidden, Unauthorized
 from .store import HEALTH_USER, Principal
 
-router = APIRouter()
-mem0_router = APIRouter(tags=["Mem0-compatible"])
+def _query_names(dependant: Any) -> frozenset[str]:
+    """The query parameters a route declares, its dependencies' included."""
+    names = {f.alias for f in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return frozenset(names)
+
+
+def known_query(request: Request) -> None:
+    """Refuse a query parameter that the route does not declare (422, naming it and the route's own): FastAPI
+    ignores them, so ``GET /v1/memories?agent=scout`` (for ``agent_id``) listed every agent's memories. Bodies
+    refuse unknown fields the same way (``extra="forbid"``)."""
+    route = request.scope.get("route")
+    known = _query_names(route.dependant) if route is not None else frozenset()
+    for name in request.query_params:
+        if name not in known:
+            raise ValidationError(f"unknown query parameter {name!r}; this route takes "
+                                  + (", ".join(sorted(known)) or "none"), field=name)
+
+
+router = APIRouter(dependencies=[Depends(known_query)])
+mem0_router = APIRouter(tags=["Mem0-compatible"], dependencies=[Depends(known_query)])
 
 
 class Strict(BaseModel):
@@ -52,15 +72,18 @@ def _credential(request: Request) -> str | None:
     return key.strip() if key else None
 
 
-async def principal(request: Request, lookup: bool = False) -> Principal:
+async def principal(request: Request) -> Principal:
+    """The API key of this request, as :func:`lookup_principal` found it: the service's outermost middleware
+    looks it up before the body is read, and handlers find the result in the request state."""
+    found = request.scope.get("state", {}).get("principal")
+    if found is not None:
+        return found
+    return await lookup_principal(request)
+
+
+async def lookup_principal(request: Request) -> Principal:
     """The API key of this request (``Authorization: Bearer``, ``Authorization: Token`` or ``X-API-Key``),
-    looked up by its SHA-256 digest; 401 without one or for an unknown or revoked key; 429 over its rate.
-    The service's outermost middleware does this before the body is read (``lookup=True``); handlers then
-    find the result in the request state."""
-    if not lookup:
-        found = request.scope.get("state", {}).get("principal")
-        if found is not None:
-            return found
+    looked up by its SHA-256 digest; 401 without one or for an unknown or revoked key; 429 over its rate."""
     key = _credential(request)
     if not key:
         raise Unauthorized("an API key is required", hint="send Authorization: Bearer <key>; keys are issued in the dashboard")

@@ -439,10 +439,10 @@ class Guard:
         unauthenticated or throttled caller costs no parsing; the Principal waits in the request state."""
         from starlette.requests import Request
 
-        from .api import principal
+        from .api import lookup_principal
 
         try:
-            state["principal"] = await principal(Request(scope), lookup=True)
+            state["principal"] = await lookup_principal(Request(scope))
         except PgmemError as exc:
             return exc
         return None

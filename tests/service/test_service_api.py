@@ -690,3 +690,27 @@ def test_the_login_limit_is_spent_before_the_password_is_checked():
     limiter.take("a")
     with pytest.raises(RateLimited):
         limiter.take("a")
+
+
+def test_an_unknown_query_parameter_is_refused_not_ignored(svc, admin_ui):
+    """`?agent=scout` (for `agent_id`) listed every agent's memories: FastAPI ignores query parameters a route does
+    not declare, so a misspelt filter silently matched everything. Bodies already refuse unknown fields."""
+    key = issue_key(admin_ui, "typo", user="erin")
+    with api(svc, key) as c:
+        for agent in ("scout", "planner"):
+            assert c.post("/v1/memories", json={"content": f"{agent} note", "agent_id": agent}).status_code == 201
+        assert len(c.get("/v1/memories", params={"agent_id": "scout"}).json()["items"]) == 1
+        r = c.get("/v1/memories", params={"agent": "scout"})
+        assert r.status_code == 422, r.text
+        e = err(r)
+        assert e["field"] == "agent" and "agent_id" in e["message"], e
+        # every API route, Mem0's too; a declared parameter still works, and so do the path's own
+        assert c.get("/v1/stats", params={"all_spaces": "true"}).status_code == 200
+        assert c.get("/v1/stats", params={"all_space": "true"}).status_code == 422
+        assert c.get("/memories", params={"user_id": "erin", "agentid": "x"}).status_code == 422
+        assert c.get("/memories", params={"user_id": "erin"}).status_code == 200
+        mid = c.get("/v1/memories").json()["items"][0]["id"]
+        assert c.get(f"/v1/memories/{mid}").status_code == 200
+        assert c.get(f"/v1/memories/{mid}", params={"version": "2"}).status_code == 422
+        assert c.delete(f"/v1/memories/{mid}", params={"really": "1"}).status_code == 422
+        assert len(c.get("/v1/memories").json()["items"]) == 2  # the refused delete deleted nothing
