@@ -305,12 +305,14 @@ async def whoami(request: Request, p: Principal = Depends(principal)) -> dict:
             "users": list(p.users), "scope": p.scope}
 
 
-@router.post(V1 + "/memories", tags=tags, status_code=201, summary="Add one memory")
+@router.post(V1 + "/memories", tags=tags, status_code=201, summary="Add one memory (200 when its content is stored already)")
 async def add(request: Request, body: AddBody, p: Principal = Depends(principal)) -> dict:
     m = acting(request, p, write=True, user_id=body.user_id, agent_id=body.agent_id)
     r = await m.add(body.content, metadata=body.metadata, agent_id=m.agent_id, session_id=body.session_id,
                     expires_at=body.expires_at, embedding=body.embedding)
-    return {"id": str(r.id), "created": r.created}
+    body_out = {"id": str(r.id), "created": r.created}
+    # 201 when this request stored the memory; 200 with the stored one's id when the content was there already
+    return body_out if r.created else JSONResponse(body_out, status_code=200)
 
 
 @router.post(V1 + "/memories/batch", tags=tags, status_code=201, summary="Add many memories in one transaction")

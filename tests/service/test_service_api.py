@@ -170,6 +170,8 @@ def test_every_v1_route_with_a_user_key(svc, admin_ui):
                                          "agent_id": "planner", "session_id": "s1"})
         assert r.status_code == 201 and r.json()["created"] is True
         mid = r.json()["id"]
+        again = c.post("/v1/memories", json={"content": "Alice is vegetarian", "agent_id": "planner"})
+        assert again.status_code == 200 and again.json() == {"id": mid, "created": False}  # nothing was created
         r = c.post("/v1/memories/batch", json={"items": ["Alice flies to Lisbon", {"content": "Alice likes tea",
                                                                                   "metadata": {"topic": "food"}}]})
         assert r.status_code == 201 and len(r.json()["results"]) == 3 - 1
