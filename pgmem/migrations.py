@@ -101,15 +101,17 @@ def migrate(dsn: str) -> list[str]:
 def _redistribute(dsn: str) -> None:
     """On a Citus coordinator already distributed (cluster mode recorded), apply the distribution plan's
     idempotent steps again after migrations: a redefined search function forces generic plans again, which
-    Citus cannot route (docs/scaling.md). Nothing on a single PostgreSQL."""
+    Citus cannot route (docs/scaling.md); a rollback restores such a definition too. Nothing on a single
+    PostgreSQL, nor when the schema is gone (a rollback of every migration)."""
     import psycopg
 
     from . import citus
 
     def recorded() -> bool:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
-            row = conn.execute("SELECT current_setting('pgmem.cluster', true)").fetchone()
-            return row is not None and row[0] == citus.CLUSTER_VALUE
+            row = conn.execute("SELECT current_setting('pgmem.cluster', true), "
+                               "to_regclass('pgmem.memories') IS NOT NULL").fetchone()
+            return row is not None and row[0] == citus.CLUSTER_VALUE and row[1]
 
     if _run(recorded):
         citus.distribute(dsn)
@@ -125,4 +127,9 @@ def rollback(dsn: str, count: int | None = None) -> list[str]:
                 todo = todo[:count]
             backend.rollback_migrations(todo)
             return [m.id for m in todo]
-    return _run(go)
+    undone = _run(go)
+    if undone:
+        # The definitions restored force generic plans again (search, search_hybrid), which Citus cannot
+        # route ("could not create distributed plan", 0A000) until distribute's steps run again.
+        _redistribute(dsn)
+    return undone
