@@ -467,7 +467,7 @@ class MemoryBase:
         meta = v.check_metadata(metadata)
         agent = v.check_id(agent_id, "agent_id") or self.agent_id
         v.check_id(session_id, "session_id")
-        v.check_datetime(expires_at, "expires_at")
+        expires_at = v.check_datetime(expires_at, "expires_at")
         return {"content": content, "metadata": meta, "agent_id": agent, "session_id": session_id,
                 "expires_at": expires_at, "embedding": embedding,
                 # the session whose last memory is this one's context (contextual text writes only)
@@ -625,11 +625,15 @@ class MemoryBase:
         v.check_id(session_id, "session_id")
         if contains is not None:
             v.check_text(contains, "contains")
-        v.check_datetime(created_after, "created_after")
-        v.check_datetime(created_before, "created_before")
-        v.check_datetime(as_of, "as_of")
+        created_after = v.check_datetime(created_after, "created_after")
+        created_before = v.check_datetime(created_before, "created_before")
+        as_of = v.check_datetime(as_of, "as_of")
         flt = v.check_filter(filter)
+        v.check_limit(limit)
         after_ts, after_id = None, None
+        if cursor is not None and not isinstance(cursor, str):
+            raise ValidationError(f"cursor must be a page's next_cursor (a string), got {type(cursor).__name__}",
+                                  field="cursor")
         if cursor:
             try:
                 ts, _, raw_id = cursor.partition("|")
@@ -674,13 +678,16 @@ class MemoryBase:
         flt = v.check_filter(filter)
         v.check_id(agent_id, "agent_id")
         v.check_id(session_id, "session_id")
-        v.check_datetime(created_after, "created_after")
-        v.check_datetime(created_before, "created_before")
-        v.check_datetime(as_of, "as_of")
+        created_after = v.check_datetime(created_after, "created_after")
+        created_before = v.check_datetime(created_before, "created_before")
+        as_of = v.check_datetime(as_of, "as_of")
         if mode == "vector" and (query is None) == (embedding is None):
             raise ValidationError("give either a query text or an embedding", field="query")
         if mode != "vector" and query is None:
             raise ValidationError(f"mode={mode!r} needs a query text", field="query")
+        if mode == "text" and embedding is not None:
+            raise ValidationError("embedding does not apply to mode='text' (full-text only); use mode='hybrid' to "
+                                  "fuse it with the text, or leave it out", field="embedding")
         if query is not None:
             v.check_query(query)
         return {"mode": mode, "query": query, "embedding": embedding, "k": k, "agent_id": agent_id,
@@ -716,7 +723,7 @@ class MemoryBase:
                           expected_version: Any, embedding: Any) -> dict[str, Any]:
         content = v.check_content(content)
         meta = v.check_metadata(metadata)
-        v.check_datetime(valid_from, "valid_from")
+        valid_from = v.check_datetime(valid_from, "valid_from")
         if embedding is None:
             vec, model, kinds, extra_vecs = self._sentences_in(space, content, meta)
         else:
@@ -727,7 +734,7 @@ class MemoryBase:
                                      "vector_kinds": kinds, "vectors": extra_vecs})
 
     def _invalidate_params(self, id: Any, valid_to: Any) -> dict[str, Any]:
-        v.check_datetime(valid_to, "valid_to")
+        valid_to = v.check_datetime(valid_to, "valid_to")
         return _params("invalidate", {"id": id, "valid_to": valid_to, "agent_id": self.agent_id})
 
     @staticmethod
@@ -757,8 +764,8 @@ class MemoryBase:
             raise ValidationError(f"role must be one of {', '.join(self.ROLES)}, got {role!r}", field="role")
         content = v.check_content(content)
         meta = v.check_metadata(metadata)
-        v.check_datetime(expires_at, "expires_at")
-        v.check_datetime(created_at, "created_at")
+        expires_at = v.check_datetime(expires_at, "expires_at")
+        created_at = v.check_datetime(created_at, "created_at")
         vec = model = None
         if embedding is not None:
             vec = self._vector_in(space, embedding)
@@ -784,6 +791,9 @@ class MemoryBase:
                 raise ValidationError("key must be a text of 1 to 1024 characters without NUL", field="key", index=i)
             content = item.get("content")
             if content is None:
+                given = sorted(k for k in set(item) - {"key", "content"} if item[k] is not None)
+                if given:  # a delete writes none of them: refused rather than left unchecked
+                    raise ValidationError(f"a delete (content None) takes no {', '.join(given)}", field="items", index=i)
                 norm.append({"key": key, "content": None})
                 continue
             meta = v.check_metadata(item.get("metadata"), index=i) or {}
@@ -841,12 +851,15 @@ class MemoryBase:
         if not isinstance(ttls, Mapping):
             raise ValidationError("ttls must map memory ids to a timedelta (or None)", field="ttls")
         v.check_batch_size(list(ttls))
-        ids, out = [], []
+        ids, out, seen = [], [], set()
         for i, (id, ttl) in enumerate(ttls.items()):
             try:
                 ids.append(id if isinstance(id, UUID) else UUID(str(id)))
             except ValueError:
                 raise ValidationError(f"id must be a UUID, got {id!r}", field="ttls", index=i) from None
+            if ids[-1] in seen:  # the same memory as a UUID and as a string: which expiry would hold?
+                raise ValidationError(f"memory {ids[-1]} is named twice", field="ttls", index=i)
+            seen.add(ids[-1])
             if ttl is not None and (not isinstance(ttl, timedelta) or ttl <= timedelta(0)):
                 raise ValidationError(f"ttl must be a positive timedelta or None, got {ttl!r}", field="ttls", index=i)
             out.append(ttl)
@@ -1309,8 +1322,9 @@ class Memory(MemoryBase):
         expired ones not). ``min_score`` drops results whose ``score`` is below it, in any mode: in hybrid and
         text mode the fused score (its scale: docs/recall.md, "hit.score in each mode"), in vector mode the
         cosine similarity (then the same as ``min_similarity``, in [-1, 1]); fewer than k results may come back.
-        Raises ValidationError (empty query, k outside 1..1000, unknown mode, min_score not a finite number),
-        InvalidFilter, DimensionMismatch."""
+        Times (``created_after``, ``created_before``, ``as_of``) are aware datetimes or ISO 8601 strings with a
+        UTC offset. Raises ValidationError (empty query, k outside 1..1000, unknown mode, min_score not a finite
+        number, an ``embedding`` in text mode, a time without a UTC offset), InvalidFilter, DimensionMismatch."""
         s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
                               created_before, mode, as_of, min_score)
         params = self._search_params(self.space(conn=conn), s)

@@ -19,7 +19,7 @@ import json
 import math
 import numbers
 import re
-from datetime import datetime
+from datetime import date, datetime
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -87,6 +87,8 @@ def check_id(value: Any, field: str, *, index: int | None = None, optional: bool
     check_text(value, field, index=index)
     if not value or len(value) > MAX_ID_CHARS:
         raise ValidationError(f"{field} must have 1 to {MAX_ID_CHARS} characters", field=field, index=index)
+    if not value.strip():  # str.strip(): Unicode white space too, as for content
+        raise ValidationError(f"{field} is only white space", field=field, index=index)
     return value
 
 
@@ -198,12 +200,42 @@ def check_vector(value: Any, dims: int, *, field: str = "embedding", index: int 
     return arr
 
 
-def check_datetime(value: Any, field: str, *, index: int | None = None) -> Any:
-    """Refuse a naive ``datetime`` (no tzinfo): PostgreSQL would read it in the session's TimeZone, so the
-    same call would mean another instant on a server configured differently. Other values pass unchanged."""
-    if isinstance(value, datetime) and value.utcoffset() is None:
-        raise ValidationError(f"{field} has no time zone; pass an aware datetime such as "
-                              "datetime(2025, 7, 25, tzinfo=timezone.utc)", field=field, index=index)
+def check_datetime(value: Any, field: str, *, index: int | None = None) -> datetime | str | None:
+    """A point in time: None, an aware ``datetime``, or an ISO 8601 string with a UTC offset or ``Z``
+    (``"2025-07-25T09:30:00+02:00"``, ``"2025-07-25 07:30Z"``), returned as an aware datetime, or PostgreSQL's
+    ``"infinity"`` / ``"-infinity"`` (``expires_at="infinity"``: never, whatever the space's TTL), returned as
+    given. Refused (ValidationError naming ``field``): a naive ``datetime``, a string without an offset
+    (``"2025-07-25"``, ``"2025-07-25 09:30"``), a ``date``, any other string (``"yesterday"``) or type.
+    PostgreSQL would read an offset-less value in the session's TimeZone, so the same call would mean another
+    instant on a server configured differently."""
+    if value is None:
+        return None
+    example = "an aware datetime such as datetime(2025, 7, 25, tzinfo=timezone.utc) or '2025-07-25T00:00:00Z'"
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("infinity", "+infinity", "-infinity"):  # the same in every time zone
+            return value
+        try:
+            # 'Z' spelt as an offset: Python 3.10's fromisoformat reads no 'Z'
+            parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
+        except ValueError:
+            raise ValidationError(f"{field} is not an ISO 8601 date and time: {value!r}; pass {example}",
+                                  field=field, index=index) from None
+        if parsed.utcoffset() is None:
+            raise ValidationError(f"{field} {value!r} has no UTC offset; pass {example}", field=field, index=index)
+        return parsed
+    if isinstance(value, datetime):
+        if value.utcoffset() is None:
+            raise ValidationError(f"{field} has no time zone; pass {example}", field=field, index=index)
+        return value
+    kind = "a date (no time of day, no time zone)" if isinstance(value, date) else type(value).__name__
+    raise ValidationError(f"{field} must be a point in time, got {kind}; pass {example}", field=field, index=index)
+
+
+def check_limit(value: Any, high: int = 1000, field: str = "limit") -> int:
+    """A page size: an ``int`` (not a bool) from 1 to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValidationError(f"{field} must be an integer from 1 to {high}, got {value!r}", field=field)
     return value
 
 
