@@ -200,11 +200,20 @@ DECLARE
     v_exact text := '';
     v_scope text;
     v_test text;
-    -- Cluster mode (pgmem.cluster = 'citus', recorded by pgmem distribute): Citus cannot plan these
-    -- statements generically (their parameters decide the shard), so each call gets a custom plan there.
-    v_plans text := CASE WHEN current_setting('pgmem.cluster', true) = 'citus' THEN 'force_custom_plan'
-                         ELSE 'force_generic_plan' END;
+    v_plans text := 'force_generic_plan';
+    v_distributed boolean := false;
 BEGIN
+    -- On a Citus cluster whose pgmem.memories is distributed (pgmem distribute), Citus cannot plan these
+    -- statements generically (their parameters decide the shard), so each call gets a custom plan there.
+    -- Read from the schema, never from the caller's session: a gateway's SET pgmem.cluster = 'citus' made
+    -- every tenant's searches custom-planned (migration 0023). pg_dist_partition exists only with Citus.
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p'
+                || ' WHERE p.logicalrelid = pg_catalog.to_regclass(''pgmem.memories''))' INTO v_distributed;
+    END IF;
+    IF v_distributed THEN
+        v_plans := 'force_custom_plan';
+    END IF;
     -- Two sessions creating spaces at once would otherwise both replace the function ("tuple concurrently
     -- updated").
     -- (Serialised on a table lock only the schema owner can take: an advisory lock, which any role can take,

@@ -731,3 +731,21 @@ def test_a_memory_created_in_the_future_is_refused(bench):
         assert alice_rows(bench) == before
         assert error_of(conn, "SELECT * FROM pgmem.add_batch('t3', ARRAY['made a minute ahead'], ARRAY['[1,2,3]']::vector[],"
                               " p_created_at => ARRAY[now() + interval '1 minute'])") is None  # clock skew
+
+
+def test_a_callers_settings_never_reach_the_generated_search_statements(bench):
+    """_build_knn (a definer function, run by every create_space) read pgmem.cluster from its caller's
+    session: a gateway's SET pgmem.cluster = 'citus' switched every tenant's search statements to custom
+    plans (1.5-2.3x slower) until the next rebuild. The plan mode comes from the schema: Citus custom plans
+    only when pgmem.memories is a distributed table."""
+    def modes(conn) -> set[str]:
+        rows = conn.execute("SELECT unnest(proconfig) FROM pg_catalog.pg_proc WHERE pronamespace = 'pgmem'::regnamespace"
+                            " AND proname IN ('_knn', '_exact_ids')").fetchall()
+        return {r[0] for r in rows if r[0].startswith("plan_cache_mode")}
+
+    gw = bench.login("gateway")
+    with bench.connect(gw) as conn:
+        conn.execute("SET pgmem.cluster = 'citus'")
+        conn.execute("SELECT * FROM pgmem.create_space('t6', 'm', 3)")
+    with psycopg.connect(bench.dsn(bench.owner), autocommit=True) as owner:
+        assert modes(owner) == {"plan_cache_mode=force_generic_plan"}
