@@ -406,12 +406,14 @@ class AsyncMemory(MemoryBase):
         return Context([_row(ContextItem, r) for r in await self._rows("context", params, conn)], budget_tokens)
 
     async def consolidate(self, session_id: str, summarise: Callable[[list[Turn]], Any], *, max_turns: int = 1000,
+                          through_turn_id: int | None = None,
                           conn: psycopg.AsyncConnection | None = None) -> list[AddResult]:
         """As :meth:`pgmem.Memory.consolidate`; ``summarise`` may be a plain function or a coroutine function
         (anything returning an awaitable is awaited). A plain one runs on the event loop: keep it quick, or
         make it async."""
         space = await self.space(conn=conn)
-        turns = await self.pending_turns(session_id, n=max_turns, conn=conn)
+        turns = self._turns_through(await self.pending_turns(session_id, n=max_turns, conn=conn), session_id,
+                                    through_turn_id)
         if not turns:
             return []
         summary = summarise(list(turns))

@@ -931,6 +931,19 @@ class MemoryBase:
                                    "turn_share": float(turn_share), "k": k, "agent_id": None,
                                    "filter": Jsonb(flt) if flt is not None else None, "model": model})
 
+    @staticmethod
+    def _turns_through(turns: Sequence[Turn], session_id: str, through_turn_id: Any) -> list[Turn]:
+        """The pending ``turns`` up to and including ``through_turn_id`` (all when None)."""
+        if through_turn_id is None:
+            return list(turns)
+        if isinstance(through_turn_id, bool) or not isinstance(through_turn_id, int):
+            raise ValidationError(f"through_turn_id must be a turn id (an integer), got {through_turn_id!r}",
+                                  field="through_turn_id")
+        if through_turn_id not in {t.turn_id for t in turns}:
+            raise VersionConflict(f"turn {through_turn_id} is not pending in session {session_id!r} (consolidated "
+                                  "meanwhile, expired, or not of this session): read the pending turns again")
+        return [t for t in turns if t.turn_id <= through_turn_id]
+
     def _consolidate_params(self, space: Space, session_id: str, turns: Sequence[Turn], summary: Any) -> dict[str, Any]:
         """Check the summariser's output (a list of strings or of dicts with ``content`` and optional
         ``metadata``) and embed it."""
@@ -1443,7 +1456,7 @@ class Memory(MemoryBase):
                                       turn_share, k, filter, embedding)
         return Context([_row(ContextItem, r) for r in self._rows("context", params, conn)], budget_tokens)
 
-    def consolidate(self, session_id: str, summarise, *, max_turns: int = 1000,
+    def consolidate(self, session_id: str, summarise, *, max_turns: int = 1000, through_turn_id: int | None = None,
                     conn: psycopg.Connection | None = None) -> list[AddResult]:
         """Turn a session's pending turns into long-term memories: ``summarise(turns)`` (any callable: a list of
         :class:`Turn` in, a list of strings or ``{"content", "metadata"}`` dicts out; pgmem calls no LLM) runs
@@ -1456,9 +1469,14 @@ class Memory(MemoryBase):
         Statements: ``pgmem.pending_turns`` reads the turns (one transaction), ``summarise`` runs, then
         ``pgmem.consolidate`` stores the memories, links them to the turns and marks the turns, all in one
         transaction that first checks no given turn was consolidated meanwhile. Turns appended while
-        ``summarise`` runs are not in this call; they are pending for the next."""
+        ``summarise`` runs are not in this call; they are pending for the next.
+
+        ``through_turn_id``: consolidate only the pending turns up to and including this one (what a caller that
+        read :meth:`pending_turns` earlier and summarised them elsewhere has seen: the HTTP service's
+        ``/consolidate``); turns after it stay pending. VersionConflict when that turn is not pending in the
+        session (consolidated meanwhile, expired, or not of this session)."""
         space = self.space(conn=conn)
-        turns = self.pending_turns(session_id, n=max_turns, conn=conn)
+        turns = self._turns_through(self.pending_turns(session_id, n=max_turns, conn=conn), session_id, through_turn_id)
         if not turns:
             return []
         params = self._consolidate_params(space, session_id, turns, summarise(list(turns)))

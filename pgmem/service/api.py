@@ -18,7 +18,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, StrictBool
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt
 
 from ..client import Context, MemoryRecord
 from ..errors import NotFound, PermissionDenied, ValidationError
@@ -287,6 +287,7 @@ class ContextBody(Strict):
 
 class ConsolidateBody(Strict):
     memories: list[Union[str, dict[str, Any]]]
+    through_turn_id: StrictInt  # the last turn the summary covers (the newest one read from /pending)
     max_turns: int = 1000
     user_id: Optional[str] = None
 
@@ -459,7 +460,10 @@ async def pending_turns(request: Request, session_id: str, p: Principal = Depend
 @router.post(V1 + "/sessions/{session_id}/consolidate", tags=["sessions"], summary="Store your summary of the pending turns")
 async def consolidate(request: Request, session_id: str, body: ConsolidateBody, p: Principal = Depends(principal)) -> dict:
     m = acting(request, p, write=True, user_id=body.user_id)
-    results = await m.consolidate(session_id, lambda turns: body.memories, max_turns=body.max_turns)
+    # Only the turns the client read (through through_turn_id): a turn appended after its GET /pending stays
+    # pending, never marked consolidated by a summary that never saw it.
+    results = await m.consolidate(session_id, lambda turns: body.memories, max_turns=body.max_turns,
+                                  through_turn_id=body.through_turn_id)
     return {"results": [{"id": str(r.id), "created": r.created} for r in results]}
 
 

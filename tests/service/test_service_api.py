@@ -209,7 +209,9 @@ def test_every_v1_route_with_a_user_key(svc, admin_ui):
         assert len(c.get("/v1/sessions/chat-1/pending").json()["turns"]) == 1
         ctx = c.post("/v1/context", json={"query": "table", "session_id": "chat-1", "budget_tokens": 200}).json()
         assert ctx["tokens"] <= 200 and "Book a table tonight" in ctx["text"]
-        made = c.post("/v1/sessions/chat-1/consolidate", json={"memories": ["Alice wanted a table"]}).json()
+        seen = c.get("/v1/sessions/chat-1/pending").json()["turns"][-1]["turn_id"]
+        made = c.post("/v1/sessions/chat-1/consolidate",
+                      json={"memories": ["Alice wanted a table"], "through_turn_id": seen}).json()
         assert len(made["results"]) == 1
         assert c.get("/v1/sessions/chat-1/pending").json()["turns"] == []
         export = c.get("/v1/export", params={"embeddings": "false"})
@@ -716,3 +718,45 @@ def test_an_unknown_query_parameter_is_refused_not_ignored(svc, admin_ui):
         assert c.get(f"/v1/memories/{mid}", params={"version": "2"}).status_code == 422
         assert c.delete(f"/v1/memories/{mid}", params={"really": "1"}).status_code == 422
         assert len(c.get("/v1/memories").json()["items"]) == 2  # the refused delete deleted nothing
+
+
+def test_consolidate_marks_only_the_turns_the_client_read(svc, admin_ui):
+    """The summary named no turns, so /consolidate marked every turn pending at write time: a turn appended
+    after the client's GET /pending was marked consolidated and linked as a source, its fact never stored."""
+    key = issue_key(admin_ui, user="carol")
+    with api(svc, key) as c:
+        for text in ("I live in Paris", "I work as a baker"):
+            assert c.post("/v1/sessions/s1/turns", json={"role": "user", "content": text}).status_code == 201
+        seen = c.get("/v1/sessions/s1/pending").json()["turns"]
+        assert c.post("/v1/sessions/s1/turns", json={"role": "user", "content": "My daughter is allergic to peanuts"}
+                      ).status_code == 201
+        r = c.post("/v1/sessions/s1/consolidate", json={"memories": ["Carol lives in Paris and is a baker"],
+                                                         "through_turn_id": seen[-1]["turn_id"]})
+        assert r.status_code == 200, r.text
+        mid = r.json()["results"][0]["id"]
+        assert [t["content"] for t in c.get("/v1/sessions/s1/pending").json()["turns"]] == [
+            "My daughter is allergic to peanuts"]
+        assert len(c.get(f"/v1/memories/{mid}/sources").json()["sources"]) == 2
+        # the same summary again (a retry): those turns are no longer pending
+        again = c.post("/v1/sessions/s1/consolidate", json={"memories": ["Carol lives in Paris and is a baker"],
+                                                             "through_turn_id": seen[-1]["turn_id"]})
+        assert again.status_code == 409 and "not pending" in again.text
+        # nothing pending in another session, a summary anyway: refused, nothing stored
+        before = c.get("/v1/memories").json()["items"]
+        nothing = c.post("/v1/sessions/empty/consolidate", json={"memories": [{"bogus": 1}], "through_turn_id": 1})
+        assert nothing.status_code == 409
+        assert c.post("/v1/sessions/s1/consolidate", json={"memories": ["x"]}).status_code == 422  # no through_turn_id
+        assert c.get("/v1/memories").json()["items"] == before
+
+
+def test_the_entities_page_shows_each_users_key_count(svc, admin_ui):
+    """{{ r.keys }} resolved to the row's dict.keys method: the page showed '<built-in method keys ...>'."""
+    key = issue_key(admin_ui, user="dora")
+    with api(svc, key) as c:
+        assert c.post("/v1/memories", json={"content": "Dora grows tomatoes"}).status_code == 201
+    page = admin_ui.get("/ui/entities")
+    assert page.status_code == 200
+    assert "built-in method" not in page.text
+    row = re.search(r"<tr[^>]*>(?:(?!</tr>).)*dora(?:(?!</tr>).)*</tr>", page.text, re.S).group(0)
+    cells = re.findall(r'<td class="num">([^<]*)</td>', row)
+    assert cells[2].strip() == "1", cells  # memories, agents, active keys
