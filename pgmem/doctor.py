@@ -202,6 +202,8 @@ def run_checks(dsn: str, *, space: str = "default", role: str | None = None, emb
             checks.append(migrations_check)
             has_schema = conn.execute(SQL_SCHEMA).fetchone() is not None
             checks.append(_rls_check(conn, has_schema))
+            if has_schema:
+                checks.append(_roles_check(conn))
             checks.append(_index_check(conn, has_schema))
             if has_schema:  # on a Citus coordinator only (none on a single PostgreSQL)
                 from .citus import checks as citus_checks
@@ -271,6 +273,20 @@ def _migrations_check(conn) -> Check:
         return Check("migrations", False, f"{len(applied)} of {total} applied (schema at {latest}); "
                                           f"pending: {', '.join(todo)} (run pgmem migrate)")
     return Check("migrations", True, f"{total} of {total} applied; schema at {latest}")
+
+
+def _roles_check(conn) -> Check:
+    """pgmem_api owns the API's SECURITY DEFINER functions and must never be a login on this server: a login of
+    that name runs with the functions' owner's rights outside them (on a Citus cluster it logs in on the
+    workers only, which pgmem distribute sets)."""
+    row = conn.execute("SELECT rolcanlogin, rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = 'pgmem_api'").fetchone()
+    if row is None:
+        return Check("roles", False, "role pgmem_api does not exist (run pgmem migrate)")
+    if row["rolcanlogin"]:
+        return Check("roles", False, "pgmem_api can log in: it owns the API's SECURITY DEFINER functions, so its "
+                                     "login reads and writes every tenant's rows; ALTER ROLE pgmem_api NOLOGIN and "
+                                     "give the service a login of its own (docs/deployment.md)")
+    return Check("roles", True, "pgmem_api (owner of the API functions) cannot log in")
 
 
 def _rls_check(conn, has_schema: bool) -> Check:

@@ -1,7 +1,11 @@
 #!/bin/sh
 # First start of the database only (docs/deployment.md): the schema owner, which runs the migrations; pgmem's
-# two NOLOGIN roles exactly as migration 0002 would create them (it keeps existing ones); and the API's
-# login, a member of pgmem_gateway and nothing else. Passwords come from the pgpass secret files.
+# three NOLOGIN roles exactly as migrations 0002 and 0007 would create them (they keep existing ones), the
+# function owner pgmem_api granted to the schema owner as 0007 requires; and the service's login
+# pgmem_service, a member of pgmem_gateway and nothing else. Never give pgmem_api a LOGIN: it owns the API's
+# SECURITY DEFINER functions, so a login of that name could read every tenant's rows (pgmem doctor checks).
+# The owner gets CREATE on schema public for yoyo's bookkeeping tables (PostgreSQL 15 and newer grant none).
+# Passwords come from the pgpass secret files.
 set -eu
 owner_pw=$(cut -d: -f5 /run/secrets/pgpass_owner)
 api_pw=$(cut -d: -f5 /run/secrets/pgpass_api)
@@ -11,8 +15,11 @@ CREATE ROLE pgmem_owner LOGIN PASSWORD :'owner_pw';
 CREATE ROLE pgmem_agent NOLOGIN NOINHERIT NOBYPASSRLS;
 CREATE ROLE pgmem_gateway NOLOGIN NOBYPASSRLS;
 GRANT pgmem_agent TO pgmem_gateway;
-CREATE ROLE pgmem_api LOGIN NOBYPASSRLS PASSWORD :'api_pw';
-GRANT pgmem_gateway TO pgmem_api;
+CREATE ROLE pgmem_api NOLOGIN NOINHERIT NOBYPASSRLS;
+GRANT pgmem_api TO pgmem_owner;
+CREATE ROLE pgmem_service LOGIN NOBYPASSRLS PASSWORD :'api_pw';
+GRANT pgmem_gateway TO pgmem_service;
 GRANT CREATE ON DATABASE pgmem TO pgmem_owner;
+GRANT CREATE ON SCHEMA public TO pgmem_owner;
 CREATE EXTENSION IF NOT EXISTS vector;
 SQL

@@ -69,8 +69,8 @@ def test_healthy_database_passes_and_keeps_nothing(alice, admin, doctor_cli, use
     assert result.exit_code == 0, result.stdout
     assert report["healthy"] and report["exit_code"] == 0
     checks = _by_name(report)
-    assert list(checks) == ["connection", "server", "pgvector", "migrations", "rls", "indexes", "space", "embedder",
-                            "function probe"]
+    assert list(checks) == ["connection", "server", "pgvector", "migrations", "rls", "roles", "indexes", "space",
+                            "embedder", "function probe"]
     assert all(c["ok"] for c in report["checks"]), report
     assert "memories" in checks["rls"]["detail"] and "memories_space_" in checks["indexes"]["detail"]
     assert "embedder's vector" in checks["function probe"]["detail"]
@@ -107,6 +107,21 @@ def test_rls_off_is_an_infrastructure_fault(alice, admin, doctor_cli, use_embedd
     assert not rls["ok"] and rls["kind"] == "infrastructure"
     assert "history (not enabled)" in rls["detail"] and "memory_vectors (not forced)" in rls["detail"]
     assert [c["name"] for c in report["checks"] if not c["ok"]] == ["rls"]
+
+
+def test_a_function_owner_that_can_log_in_is_an_infrastructure_fault(alice, admin, doctor_cli, use_embedder):
+    """The deployment files named the service's login pgmem_api, the owner of the SECURITY DEFINER functions:
+    that login could read every tenant's rows directly."""
+    use_embedder(HashEmbedder(64))
+    admin.execute("ALTER ROLE pgmem_api LOGIN")
+    try:
+        result, report = doctor_cli()
+    finally:
+        admin.execute("ALTER ROLE pgmem_api NOLOGIN")
+    assert result.exit_code == 1
+    roles = _by_name(report)["roles"]
+    assert not roles["ok"] and "NOLOGIN" in roles["detail"]
+    assert [c["name"] for c in report["checks"] if not c["ok"]] == ["roles"]
 
 
 def test_embedder_faults_exit_2_and_the_function_probe_still_runs(alice, admin, doctor_cli, use_embedder):

@@ -67,3 +67,18 @@ def test_secrets_are_files_not_environment_values():
         for key, value in (svc.get("environment") or {}).items():
             assert "PASSWORD" not in key or key.endswith("_FILE"), key
             assert ":" not in str(value).split("@")[0].split("//")[-1], f"{key} holds a password"
+
+
+def test_no_deployment_file_makes_the_function_owner_a_login():
+    """The initdb script created pgmem_api as the service's LOGIN and compose connected as it: the owner of
+    every SECURITY DEFINER function, so the service's login could read every tenant's rows. pgmem_api stays
+    NOLOGIN (granted to the schema owner, as migration 0007 needs); the service logs in as pgmem_service."""
+    roles = (REPO / "deploy" / "initdb" / "10-roles.sh").read_text(encoding="utf-8")
+    statements = [s.strip() for s in roles.split(";")]
+    assert "CREATE ROLE pgmem_api NOLOGIN NOINHERIT NOBYPASSRLS" in "\n".join(statements)
+    assert not re.search(r"CREATE ROLE pgmem_api\b[^;]*\bLOGIN", roles.replace("NOLOGIN", ""))
+    assert "GRANT pgmem_api TO pgmem_owner" in roles and "GRANT CREATE ON SCHEMA public TO pgmem_owner" in roles
+    assert "GRANT pgmem_gateway TO pgmem_service" in roles
+    assert COMPOSE["services"]["api"]["environment"]["PGMEM_DSN"].startswith("postgresql://pgmem_service@")
+    for doc in ("README.md", "docs/service.md", "docs/deployment.md"):
+        assert "postgresql://pgmem_api@" not in (REPO / doc).read_text(encoding="utf-8"), doc
