@@ -44,6 +44,8 @@ def known_query(request: Request) -> None:
         if name not in known:
             raise ValidationError(f"unknown query parameter {name!r}; this route takes "
                                   + (", ".join(sorted(known)) or "none"), field=name)
+        if len(request.query_params.getlist(name)) > 1:  # FastAPI keeps the last one of a scalar parameter
+            raise ValidationError(f"query parameter {name!r} is given more than once", field=name)
 
 
 router = APIRouter(dependencies=[Depends(known_query)])
@@ -51,7 +53,10 @@ mem0_router = APIRouter(tags=["Mem0-compatible"], dependencies=[Depends(known_qu
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields refused, and values of JSON's own type only (pydantic's strict mode: `"k":
+    true` or `"2"` is not 1 or 2, `"replace_metadata": "yes"` not true; a number for a float and an ISO string
+    for a time or a UUID are still read)."""
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -513,12 +518,14 @@ async def erase_user(request: Request, user_id: str) -> dict:
 # ----------------------------------------------------------------------------------------------------------
 # Mem0's self-hosted REST routes (same paths and shapes; docs/service.md lists the differences)
 # ----------------------------------------------------------------------------------------------------------
-class Mem0Message(BaseModel):
+# The fields of Mem0's self-hosted server's request models (its server/main.py), and no others: a misspelt
+# field (`filter` for `filters`) is 422 naming it, never ignored (it listed every memory).
+class Mem0Message(Strict):
     role: str
     content: str
 
 
-class Mem0Create(BaseModel):
+class Mem0Create(Strict):
     messages: list[Mem0Message]
     user_id: Optional[str] = None
     agent_id: Optional[str] = None
@@ -527,13 +534,23 @@ class Mem0Create(BaseModel):
     infer: Optional[bool] = None
 
 
-class Mem0Search(BaseModel):
+class Mem0Search(Strict):
     query: str
     user_id: Optional[str] = None
     run_id: Optional[str] = None
     agent_id: Optional[str] = None
     filters: Optional[dict[str, Any]] = None
     limit: int = 100
+
+
+class Mem0Update(Strict):
+    """Mem0's update body (a dict there): the new text under one of three names, optionally metadata and the
+    user (a gateway key's choice, as elsewhere)."""
+    text: Optional[str] = None
+    memory: Optional[str] = None
+    data: Optional[str] = None
+    metadata: Optional[dict[str, Any]] = None
+    user_id: Optional[str] = None
 
 
 def mem0_item(r: MemoryRecord, score: float | None = None) -> dict:
@@ -559,8 +576,10 @@ def _mem0_scope(user_id, agent_id, run_id) -> None:
 async def mem0_add(request: Request, body: Mem0Create, p: Principal = Depends(principal)) -> dict:
     m = acting(request, p, write=True, user_id=body.user_id, agent_id=body.agent_id)
     _mem0_scope(body.user_id, body.agent_id, body.run_id)
-    items = [{"content": msg.content, "metadata": {**(body.metadata or {}), "role": msg.role}}
-             for msg in body.messages if msg.content.strip()]
+    for i, msg in enumerate(body.messages):  # dropped before, so the results no longer lined up with the messages
+        if not msg.content.strip():
+            raise ValidationError(f"messages.{i}.content is empty or only white space", field=f"messages.{i}.content")
+    items = [{"content": msg.content, "metadata": {**(body.metadata or {}), "role": msg.role}} for msg in body.messages]
     results = await m.add_many(items, agent_id=m.agent_id, session_id=body.run_id)
     return {"results": [{"id": str(r.id), "memory": it["content"], "event": "ADD" if r.created else "NONE"}
                         for r, it in zip(results, items)]}
@@ -594,12 +613,13 @@ async def mem0_search(request: Request, body: Mem0Search, p: Principal = Depends
 
 
 @mem0_router.put("/memories/{memory_id}", summary="Update a memory (Mem0)")
-async def mem0_update(request: Request, memory_id: UUID, body: dict[str, Any], p: Principal = Depends(principal)) -> dict:
-    text = next((body[k] for k in ("text", "memory", "data") if isinstance(body.get(k), str)), None)
-    if text is None:
-        raise ValidationError("the body needs the new text as 'text' (or 'memory' / 'data')", field="text")
-    m = acting(request, p, write=True, user_id=body.get("user_id") if isinstance(body.get("user_id"), str) else None)
-    await m.update(memory_id, content=text, metadata=body.get("metadata") if isinstance(body.get("metadata"), dict) else None)
+async def mem0_update(request: Request, memory_id: UUID, body: Mem0Update, p: Principal = Depends(principal)) -> dict:
+    given = [k for k in ("text", "memory", "data") if getattr(body, k) is not None]
+    if len(given) != 1:
+        raise ValidationError("the body needs the new text in one of 'text', 'memory' or 'data'"
+                              + (f", not {len(given)} ({', '.join(given)})" if given else ""), field="text")
+    m = acting(request, p, write=True, user_id=body.user_id)
+    await m.update(memory_id, content=getattr(body, given[0]), metadata=body.metadata)
     return {"message": "Memory updated successfully!"}
 
 

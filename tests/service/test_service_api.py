@@ -760,3 +760,48 @@ def test_the_entities_page_shows_each_users_key_count(svc, admin_ui):
     row = re.search(r"<tr[^>]*>(?:(?!</tr>).)*dora(?:(?!</tr>).)*</tr>", page.text, re.S).group(0)
     cells = re.findall(r'<td class="num">([^<]*)</td>', row)
     assert cells[2].strip() == "1", cells  # memories, agents, active keys
+
+
+def test_mem0_routes_refuse_fields_they_would_ignore(svc, admin_ui):
+    """Mem0's request models were lenient: `filter` (for `filters`) searched everything, PUT dropped a
+    misspelt `metadta` or a `metadata` of the wrong type, a blank message vanished from the results."""
+    key = issue_key(admin_ui, user="erin")
+    with api(svc, key) as c:
+        r = c.post("/memories", json={"messages": [{"role": "user", "content": "Erin plays the cello"}], "user_id": "erin"})
+        assert r.status_code == 200, r.text
+        mid = r.json()["results"][0]["id"]
+        bad = [("post", "/search", {"query": "cello", "user_id": "erin", "filter": {"n": 1}}, "filter"),
+               ("post", "/memories", {"messages": [{"role": "user", "content": "x"}], "user_id": "erin", "bogus": 1}, "bogus"),
+               ("post", "/memories", {"messages": [{"role": "user", "content": "x", "extra": 1}], "user_id": "erin"}, "extra"),
+               ("post", "/memories", {"messages": [{"role": "user", "content": "real"}, {"role": "user", "content": "  "}],
+                                      "user_id": "erin"}, "messages.1.content"),
+               ("put", f"/memories/{mid}", {"text": "v2", "metadta": {"a": 1}}, "metadta"),
+               ("put", f"/memories/{mid}", {"text": "v2", "metadata": "oops"}, "metadata"),
+               ("put", f"/memories/{mid}", {"text": "v2", "memory": "v3"}, "text")]
+        for method, path, body, field in bad:
+            r = getattr(c, method)(path, json=body)
+            assert r.status_code == 422, (path, body, r.status_code, r.text)
+            assert field in r.text, (field, r.text)
+        assert [m["memory"] for m in c.get("/memories", params={"user_id": "erin"}).json()["results"]] == [
+            "Erin plays the cello"]
+        assert c.put(f"/memories/{mid}", json={"text": "Erin plays the viola", "metadata": {"a": 1}}).status_code == 200
+        got = c.get(f"/memories/{mid}").json()
+        assert got["memory"] == "Erin plays the viola" and got["metadata"]["a"] == 1
+
+
+def test_values_of_another_json_type_are_refused_not_coerced(svc, admin_ui):
+    """`"k": true` searched with k = 1, `"replace_metadata": "yes"` replaced every key, a repeated query
+    parameter kept its last value."""
+    key = issue_key(admin_ui, user="fay")
+    with api(svc, key) as c:
+        mid = c.post("/v1/memories", json={"content": "Fay keeps bees", "metadata": {"a": 1, "b": 2}}).json()["id"]
+        for path, body in (("/v1/search", {"query": "bees", "k": True}), ("/v1/search", {"query": "bees", "k": "2"}),
+                           ("/v1/search", {"query": "bees", "k": 2.0})):
+            assert c.post(path, json=body).status_code == 422, body
+        for body in ({"metadata": {"z": 1}, "replace_metadata": "yes"}, {"metadata": {"z": 1}, "replace_metadata": 0},
+                     {"metadata": {"z": 1}, "expected_version": True}):
+            assert c.patch(f"/v1/memories/{mid}", json=body).status_code == 422, body
+        assert c.get(f"/v1/memories/{mid}").json()["metadata"] == {"a": 1, "b": 2}
+        r = c.get("/v1/memories", params=[("agent_id", "a"), ("agent_id", "b")])
+        assert r.status_code == 422 and "more than once" in r.text
+        assert c.post("/v1/search", json={"query": "bees", "k": 2}).status_code == 200
