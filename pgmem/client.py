@@ -372,6 +372,8 @@ class MemoryBase:
         other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other._owns_pool = False
+        if self._embedder is None:  # not loaded yet: the copy loads it through this client, once for all copies
+            other._embedder_parent = self
         if user_id is not ...:
             other.user_id = v.check_id(user_id, "user_id")
         if agent_id is not ...:
@@ -380,8 +382,12 @@ class MemoryBase:
 
     @property
     def embedder(self) -> Embedder:
+        """The embedder: the one given, else :func:`pgmem.embedders.default_embedder`, loaded on first use and
+        shared with every :meth:`with_identity` copy (a copy made before the load loads it through its parent:
+        the service makes one per request, and each loaded its own model before)."""
         if self._embedder is None:
-            self._embedder = default_embedder()
+            parent = self.__dict__.get("_embedder_parent")
+            self._embedder = parent.embedder if parent is not None else default_embedder()
         return self._embedder
 
     # --- embedding (no database) ----------------------------------------------------------------------------
