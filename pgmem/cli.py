@@ -672,18 +672,39 @@ def space_list(ctx: typer.Context, dsn: DsnOpt = None, role: RoleOpt = None, as_
         spaces = m.list_spaces()
 
     def readable() -> None:
+        from rich import box
         from rich.table import Table
 
         if not spaces:
             typer.echo("no spaces (the first `pgmem add` creates 'default')")
             return
-        table = Table()
-        for col in ("name", "model", "dims", "index", "memory ttl", "turn ttl", "created"):
-            table.add_column(col, no_wrap=col != "model", justify="right" if col == "dims" else "left")
-        for sp in spaces:
-            table.add_row(sp.name, sp.model, str(sp.dims), sp.index_kind, format_duration(sp.memory_ttl),
-                          format_duration(sp.turn_ttl), sp.created_at.strftime("%Y-%m-%d %H:%M"))
-        console().print(table)
+        heads = ("name", "model", "dims", "index", "memory ttl", "turn ttl", "created")
+        rows = [(sp.name, sp.model, str(sp.dims), sp.index_kind, format_duration(sp.memory_ttl),
+                 format_duration(sp.turn_ttl), sp.created_at.strftime("%Y-%m-%d %H:%M")) for sp in spaces]
+        out = console()
+        natural = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+        if sum(natural) + 3 * len(heads) + 1 <= out.width:
+            table = Table()
+            for h in heads:
+                table.add_column(h, no_wrap=True, justify="right" if h == "dims" else "left")
+        else:
+            # Too narrow for the boxed table (an 80-column terminal left the model no width at all): no
+            # vertical rules, the ttl headers and the creation time on two lines, and the model keeps at least
+            # 20 columns, folded onto more lines when longer.
+            def least(i: int) -> int:
+                return max(max(len(w) for w in heads[i].split()), *(len(w) for r in rows for w in r[i].split()))
+
+            widths = natural[:]
+            for i in (4, 5, 6):
+                widths[i] = least(i)
+            widths[1] = max(20, out.width - (sum(widths) - widths[1]) - 2 * (len(heads) - 1))
+            table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+            for h, w in zip(heads, widths):
+                table.add_column(h, width=w, overflow="fold", no_wrap=h in ("name", "dims", "index"),
+                                 justify="right" if h == "dims" else "left")
+        for r in rows:
+            table.add_row(*r)
+        out.print(table)
 
     emit(o, spaces, readable)
 

@@ -158,3 +158,16 @@ def test_deep_json_options_are_clean_errors(cli, alice, depth):
         meta = '{"a": ' * depth + "1" + "}" * depth
         err = failed(cli("add", "another fact", "--space", "t64", "--metadata", meta))
         assert "nested" in err
+
+
+def test_space_list_keeps_the_model_readable_in_80_columns(cli, alice, monkeypatch):
+    alice.space()
+    ok(cli("space", "create", "default", "--model", "sentence-transformers/all-MiniLM-L6-v2", "--dims", "384",
+           user=None))
+    monkeypatch.setenv("COLUMNS", "80")
+    out = ok(cli("space", "list", user=None))
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    # The model keeps at least 20 columns: folded at a word break, its first 26 characters on one line.
+    assert "sentence-transformers/all-" in out and "MiniLM-L6-v2" in out, out
+    assert "pgmem-testing-hash-64" in out, out
+    assert re.search(r"default\s.*384\s.*hnsw_vector", out), out
