@@ -286,6 +286,11 @@ def record_rows(cls, score_from: str | None = None):
     return factory
 
 
+SPACE_MISMATCH_HINT = ("use a space of this model (--space NAME, or space= in the library; `pgmem space list` shows "
+                       "each space's model), or create a new space for it and re-embed the memories into it: "
+                       "docs/embedders.md#changing-the-model-of-existing-memories-re-embed")
+
+
 _MEMORY_ROWS = record_rows(MemoryRecord)
 _VECTOR_ROWS = record_rows(MemoryRecord, score_from="similarity")  # vector search: score = cosine similarity
 
@@ -413,7 +418,7 @@ class MemoryBase:
                                     f"the embedder is {emb.model_name!r}", field="embedder")
         if emb.model_name != space.model:
             raise EmbeddingSpaceMismatch(f"space {space.name!r} holds embeddings of model {space.model!r}, "
-                                         f"not {emb.model_name!r}", field="embedder")
+                                         f"not {emb.model_name!r}", field="embedder", hint=SPACE_MISMATCH_HINT)
         try:
             out = embed_queries(emb, list(texts)) if queries else emb.embed(list(texts))
         except DimensionMismatch as exc:

@@ -171,3 +171,15 @@ def test_space_list_keeps_the_model_readable_in_80_columns(cli, alice, monkeypat
     assert "sentence-transformers/all-" in out and "MiniLM-L6-v2" in out, out
     assert "pgmem-testing-hash-64" in out, out
     assert re.search(r"default\s.*384\s.*hnsw_vector", out), out
+
+
+def test_a_space_of_another_model_says_how_to_go_on(cli, alice, monkeypatch):
+    alice.add("Alice likes tea")  # space t64 of pgmem-testing-hash-64
+    monkeypatch.setenv("PGMEM_EMBEDDER", "support.recording_embedder:RecordingEmbedder")  # same dims, other model
+    err = failed(cli("search", "tea", "--space", "t64"))
+    assert err.startswith("error: space 't64' holds embeddings of model 'pgmem-testing-hash-64', "
+                          "not 'pgmem-testing-recording-64'"), err
+    hint = next(line for line in err.splitlines() if line.startswith("hint: "))
+    assert "--space" in hint and "space=" in hint and "pgmem space list" in hint, hint
+    assert "create a new space" in hint and "re-embed" in hint, hint
+    assert "docs/embedders.md#changing-the-model-of-existing-memories-re-embed" in hint, hint
