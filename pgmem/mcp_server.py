@@ -104,8 +104,14 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
     import anyio.to_thread
 
     server_cls, tool_error, v2 = _sdk()
+    from . import __version__
+
     kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS, "log_level": "WARNING"}
+    if v2:
+        kwargs["version"] = __version__  # serverInfo.version (the SDK's default is "")
     server = server_cls(name, **kwargs)
+    if not v2 and getattr(getattr(server, "_mcp_server", None), "version", None) is None:
+        server._mcp_server.version = __version__  # mcp 1.x: FastMCP takes no version (its default: mcp's own)
 
     async def call(fn: Callable[[], Any]) -> Any:
         """Run a blocking pgmem call in a worker thread; pgmem errors become tool errors with their message."""

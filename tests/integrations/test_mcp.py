@@ -30,7 +30,7 @@ async def mcp_server(dsn: str, user: str, agent: str | None = None) -> AsyncIter
                                    env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                         "TOKENIZERS_PARALLELISM": "false"})
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await asyncio.wait_for(session.initialize(), timeout=120)
+        session.pgmem_initialized = await asyncio.wait_for(session.initialize(), timeout=120)  # InitializeResult
         yield session
 
 
@@ -140,6 +140,17 @@ def test_tools_schemas_and_round_trip(dsn: str, admin: psycopg.Connection) -> No
     # the rows really are alice's, in the database
     owners = admin.execute("SELECT DISTINCT user_id FROM pgmem.history").fetchall()
     assert owners == [("alice",)]
+
+
+def test_server_info_names_pgmem_and_its_version(dsn: str) -> None:
+    import pgmem
+
+    async def run() -> None:
+        async with mcp_server(dsn, "alice") as s:
+            info = _attr(s.pgmem_initialized, "server_info", "serverInfo")
+            assert (info.name, info.version) == ("pgmem", pgmem.__version__)
+
+    asyncio.run(run())
 
 
 def test_a_user_cannot_reach_another_users_memories(dsn: str, admin: psycopg.Connection) -> None:
