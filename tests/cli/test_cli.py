@@ -281,6 +281,21 @@ def test_migrate_on_an_up_to_date_database(cli, dsn):
     assert "no_such_db" in err and "does not exist" in err
 
 
+def test_the_rollback_refusal_says_what_that_count_rolls_back():
+    shipped = sorted(f.name[:-4] for f in migrations.sql_path().glob("*.sql") if not f.name.endswith(".rollback.sql"))
+    core = len(shipped) - shipped.index("0002.pgmem-core")  # the count that reaches the core
+    nowhere = "postgresql://postgres@/no_such_db?host=/nonexistent"  # refused before connecting
+    err = failed(runner.invoke(app, ["rollback", "--count", "1", "--dsn", nowhere]))
+    assert f"the newest applied migration ({shipped[-1]}" in err, err
+    assert "every memory in it" not in err and "drops no stored memories, turns or keys" in err, err
+    assert "--yes" in err
+    err = failed(runner.invoke(app, ["rollback", "--count", "2", "--dsn", nowhere]))
+    assert f"{shipped[-1]}, {shipped[-2]}" in err, err
+    err = failed(runner.invoke(app, ["rollback", "--count", str(core), "--dsn", nowhere]))
+    assert "0002.pgmem-core drops the pgmem schema and every memory in it" in err, err
+    assert "0010.pgmem-service drops the service's API keys" in err, err
+
+
 def test_server_start_status_url_stop(tmp_path):
     data = str(tmp_path / "pg")
     st = doc(runner.invoke(app, ["server", "status", "--data-dir", data, "--json"]))
