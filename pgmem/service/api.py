@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from ..client import Context, MemoryRecord
 from ..errors import NotFound, PermissionDenied, ValidationError
@@ -52,10 +52,15 @@ router = APIRouter(dependencies=[Depends(known_query)])
 mem0_router = APIRouter(tags=["Mem0-compatible"], dependencies=[Depends(known_query)])
 
 
+# A time in a strict body: an ISO 8601 string is read (pydantic's strict mode takes only datetime objects, and
+# FastAPI validates the parsed JSON as Python values); a naive one is refused by the client's check (422).
+When = Annotated[datetime, Field(strict=False)]
+
+
 class Strict(BaseModel):
     """A request body: unknown fields refused, and values of JSON's own type only (pydantic's strict mode: `"k":
-    true` or `"2"` is not 1 or 2, `"replace_metadata": "yes"` not true; a number for a float and an ISO string
-    for a time or a UUID are still read)."""
+    true` or `"2"` is not 1 or 2, `"replace_metadata": "yes"` not true; a number for a float is still read, and
+    an ISO string for a time (``When``))."""
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
@@ -203,7 +208,7 @@ class AddBody(Strict):
     metadata: Optional[dict[str, Any]] = None
     agent_id: Optional[str] = None
     session_id: Optional[str] = None
-    expires_at: Optional[datetime] = None
+    expires_at: Optional[When] = None
     embedding: Optional[list[float]] = None
     user_id: Optional[str] = None
 
@@ -224,10 +229,10 @@ class SearchBody(Strict):
     session_id: Optional[str] = None
     min_similarity: Optional[float] = None
     min_score: Optional[float] = None
-    created_after: Optional[datetime] = None
-    created_before: Optional[datetime] = None
+    created_after: Optional[When] = None
+    created_before: Optional[When] = None
     mode: Optional[Literal["hybrid", "vector", "text"]] = None
-    as_of: Optional[datetime] = None
+    as_of: Optional[When] = None
     user_id: Optional[str] = None
 
 
@@ -250,14 +255,14 @@ class EditBody(Strict):
 class SupersedeBody(Strict):
     content: str
     metadata: Optional[dict[str, Any]] = None
-    valid_from: Optional[datetime] = None
+    valid_from: Optional[When] = None
     expected_version: Optional[int] = None
     embedding: Optional[list[float]] = None
     user_id: Optional[str] = None
 
 
 class InvalidateBody(Strict):
-    valid_to: Optional[datetime] = None
+    valid_to: Optional[When] = None
     user_id: Optional[str] = None
 
 
@@ -275,7 +280,7 @@ class TurnBody(Strict):
     content: str
     metadata: Optional[dict[str, Any]] = None
     embed: bool = False
-    expires_at: Optional[datetime] = None
+    expires_at: Optional[When] = None
     user_id: Optional[str] = None
 
 

@@ -805,3 +805,11 @@ def test_values_of_another_json_type_are_refused_not_coerced(svc, admin_ui):
         r = c.get("/v1/memories", params=[("agent_id", "a"), ("agent_id", "b")])
         assert r.status_code == 422 and "more than once" in r.text
         assert c.post("/v1/search", json={"query": "bees", "k": 2}).status_code == 200
+        # times stay ISO strings (strict mode alone refused every one of them)
+        r = c.post("/v1/memories", json={"content": "Fay's hive inspection", "expires_at": "2999-01-01T00:00:00Z"})
+        assert r.status_code == 201, r.text
+        assert c.post("/v1/search", json={"query": "hive", "created_after": "2000-01-01T00:00:00+00:00"}).status_code == 200
+        naive = c.post("/v1/search", json={"query": "hive", "created_after": "2000-01-01T00:00:00"})
+        assert naive.status_code == 422 and "created_after" in naive.text
+        r = c.post(f"/v1/memories/{mid}/invalidate", json={"valid_to": "2999-01-01T00:00:00Z"})
+        assert "datetime_type" not in r.text and "valid datetime" not in r.text, r.text  # read as a time
