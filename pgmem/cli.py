@@ -1032,7 +1032,9 @@ def import_(ctx: typer.Context,
       the role is kept as metadata {"role": ...}; a conversation's messages share its session
       (default: FILE:LINE); content may be a list of {"type": "text", "text": ...} parts.
     \b
-    Other keys are not imported: the summary lists them. Content a user already has (or that came
+    A line with another key fails (nothing of it is written), naming the key and the accepted ones:
+    put other fields in "metadata". Other keys of a message are not imported: the summary lists them.
+    Content a user already has (or that came
     earlier in the file) counts as a duplicate and is not embedded again. A LoCoMo JSON file
     (--format locomo, detected) makes one memory per turn; a `pgmem export` file is imported whole for
     --user (default: the user it names), all or nothing. Details: docs/cli.md."""

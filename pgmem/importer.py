@@ -10,8 +10,12 @@ Formats
   is one conversation: one memory per message with a non-empty text, in order, all in the line's session
   (``session``/``session_id``/``conversation_id``/``id``, else ``<file name>:<line>``), roles kept as above.
   ``content`` may also be a list of parts (``[{"type": "text", "text": "..."}]``): the text parts joined.
-- Keys outside these are not imported; the summary lists them (``ignored``) with how many lines had them,
-  and a line without ``content`` names the key it has instead (``did you mean 'content'?``).
+- A line with a key outside these (:data:`LINE_KEYS`, for a conversation line :data:`CHAT_KEYS`) fails whole,
+  nothing of it written: its reason names the unknown key, the accepted key it is closest to (``unknown key
+  'sesion_id' (did you mean 'session_id'?)``) and the accepted keys; other fields go in ``metadata``. A line
+  without ``content`` names the key it has instead (``did you mean 'content'?``). Inside ``messages``, a
+  message's keys other than :data:`MESSAGE_KEYS` (``tool_calls``, ``name``, ...) are not imported: the summary
+  lists them (``ignored``, as ``messages[].KEY``) with how many messages had them.
 - LoCoMo (Maharana et al., ACL 2024, "Evaluating Very Long-Term Conversational Memory of LLM Agents"): a
   JSON list of samples with ``sample_id`` and ``conversation`` (``session_N`` turn lists and
   ``session_N_date_time``). One memory per turn: user = ``sample_id``, session = ``session_N``, content
@@ -66,8 +70,9 @@ class Failure:
 @dataclass
 class ImportSummary:
     """``rows`` records read; ``added`` new memories; ``duplicates`` records whose content the user already
-    had (before the import, or earlier in the file: not embedded again); ``failures``; ``ignored``: keys
-    that were not imported, with the number of lines that had each."""
+    had (before the import, or earlier in the file: not embedded again); ``failures``; ``ignored``: keys of
+    chat messages that were not imported (``messages[].tool_calls``), with the number of messages that had
+    each (a line's own unknown keys fail the line instead)."""
 
     rows: int = 0
     added: int = 0
@@ -160,12 +165,28 @@ MESSAGE_KEYS = ("role", "content", "timestamp", "created_at", "metadata")
 
 
 class Ignored(dict):
-    """Keys that were not imported: key -> number of lines (or messages) that had it."""
+    """Keys of chat messages that were not imported: key -> number of messages that had it."""
 
     def note(self, obj: dict, known: tuple[str, ...], prefix: str = "") -> None:
         for key in obj:
             if key not in known:
                 self[prefix + key] = self.get(prefix + key, 0) + 1
+
+
+def _check_keys(obj: dict, known: tuple[str, ...], what: str) -> None:
+    """ValidationError naming the keys of ``obj`` outside ``known`` (each with the accepted key it is closest
+    to, when one is close) and every accepted key: a line is imported whole or not at all."""
+    import difflib
+
+    unknown = [k for k in obj if k not in known]
+    if not unknown:
+        return
+    named = []
+    for k in unknown:
+        close = difflib.get_close_matches(str(k), known, n=1, cutoff=0.75)
+        named.append(repr(k) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ValidationError(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; {what} keys are "
+                          f"{', '.join(known)} (other fields go in 'metadata')", field=str(unknown[0]))
 
 
 def _json_line(line: str) -> Any:
@@ -221,18 +242,18 @@ def read_jsonl(path: Path, default_user: str | None = None,
                 obj = _json_line(line)
                 if not isinstance(obj, dict):
                     raise ValidationError("a line must be a JSON object")
+                chat = isinstance(obj.get("messages"), list) and "content" not in obj
+                if not chat and "content" not in obj:
+                    raise _no_content(obj, LINE_KEYS)
+                _check_keys(obj, CHAT_KEYS if chat else LINE_KEYS, "a conversation line's" if chat else "a line's")
                 user = obj.get("user_id", obj.get("user", default_user))
                 if user is None:
                     raise ValidationError("no user (give 'user' or a default user)", field="user")
                 user = v.check_id(user, "user", optional=False)
                 agent = v.check_id(obj.get("agent_id", obj.get("agent")), "agent")
-                if isinstance(obj.get("messages"), list) and "content" not in obj:
-                    Ignored.note(ignored, obj, CHAT_KEYS)
+                if chat:
                     yield from _chat_records(path, n, obj, user, agent, ignored)
                     continue
-                Ignored.note(ignored, obj, LINE_KEYS)
-                if "content" not in obj:
-                    raise _no_content(obj, LINE_KEYS)
                 when = obj.get("timestamp", obj.get("created_at"))
                 rec = Record(where, user, v.check_content(_text_of(obj.get("content"))), agent,
                              v.check_id(obj.get("session_id", obj.get("session")), "session"),

@@ -59,7 +59,7 @@ def test_chat_messages_one_per_line_keep_their_role(make_memory, admin, tmp_path
 def test_a_conversation_per_line(make_memory, admin, tmp_path):
     m = make_memory(None)
     f = write(tmp_path / "convs.jsonl", [
-        {"id": "conv-1", "title": "Move", "messages": [
+        {"id": "conv-1", "messages": [
             {"role": "system", "content": "You are helpful."},
             {"role": "user", "content": "I moved to Berlin"},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "t1"}]},
@@ -69,29 +69,49 @@ def test_a_conversation_per_line(make_memory, admin, tmp_path):
     assert importer.count_records(f) == 5
     s = importer.import_file(m, f, default_user="alice")
     assert (s.rows, s.added, s.failures) == (4, 4, [])
-    assert s.ignored == {"messages[].tool_calls": 1, "title": 1}
+    assert s.ignored == {"messages[].tool_calls": 1}  # a message's other keys: reported, not refused
     assert rows(admin) == [("You are helpful.", "conv-1", {"role": "system"}),
                            ("I moved to Berlin", "conv-1", {"role": "user"}),
                            ("Welcome to Berlin!", "conv-1", {"role": "assistant"})]
     assert rows(admin, "bob") == [("Bob plays chess", "convs.jsonl:2", {"role": "user"})]
 
 
-def test_unknown_keys_are_reported_and_a_misspelled_content_names_key_and_line(make_memory, cli_home, tmp_path):
+ACCEPTED_LINE = ("content, user, user_id, agent, agent_id, session, session_id, metadata, timestamp, "
+                 "created_at, role")
+ACCEPTED_CHAT = ("messages, user, user_id, agent, agent_id, session, session_id, conversation_id, id, metadata, "
+                 "timestamp, created_at")
+
+
+def test_unknown_keys_refuse_their_line_naming_key_and_accepted_keys(make_memory, admin, tmp_path):
+    """A misspelt or unknown key fails its line (nothing of it written), naming the key, a close accepted key
+    and every accepted key: a line is imported whole or not at all."""
     m = make_memory(None)
     f = write(tmp_path / "m.jsonl", [
-        {"content": "Alice likes tea", "topic": "tea", "score": 3},
+        {"content": "Alice likes tea", "sesion_id": "s1"},
+        {"content": "Alice likes coffee", "metdata": {"topic": "coffee"}},
+        {"content": "Alice likes juice", "topic": "drinks", "score": 3},
         {"contnet": "Alice likes coffee"},
         {"text": "Alice likes water"},
-        {"content": "Alice likes juice", "topic": "drinks"},
         {"metadata": {"a": 1}},
+        {"content": "Alice likes milk", "session_id": "s2", "metadata": {"topic": "milk"}},
+        {"session": "chat-1", "title": "Tea", "messages": [{"role": "user", "content": "I like tea"}]},
     ])
     s = importer.import_file(m, f, default_user="alice")
-    assert s.added == 2 and s.ignored == {"contnet": 1, "score": 1, "text": 1, "topic": 2}
+    assert (s.rows, s.added, s.ignored) == (8, 1, {})
     reasons = {f.where: f.reason for f in s.failures}
-    assert reasons == {"line 2": "no 'content' key; found 'contnet': did you mean 'content'?",
-                       "line 3": "no 'content' key; found 'text': did you mean 'content'?",
-                       "line 5": "no 'content' key (keys: 'metadata')"}
-    assert "NoneType" not in json.dumps(reasons)
+    assert reasons == {
+        "line 1": f"unknown key 'sesion_id' (did you mean 'session_id'?); a line's keys are {ACCEPTED_LINE} "
+                  "(other fields go in 'metadata')",
+        "line 2": f"unknown key 'metdata' (did you mean 'metadata'?); a line's keys are {ACCEPTED_LINE} "
+                  "(other fields go in 'metadata')",
+        "line 3": f"unknown keys 'topic', 'score'; a line's keys are {ACCEPTED_LINE} (other fields go in 'metadata')",
+        "line 4": "no 'content' key; found 'contnet': did you mean 'content'?",
+        "line 5": "no 'content' key; found 'text': did you mean 'content'?",
+        "line 6": "no 'content' key (keys: 'metadata')",
+        "line 8": f"unknown key 'title'; a conversation line's keys are {ACCEPTED_CHAT} "
+                  "(other fields go in 'metadata')",
+    }
+    assert rows(admin) == [("Alice likes milk", "s2", {"topic": "milk"})]
 
 
 @pytest.fixture
@@ -101,18 +121,24 @@ def cli_home(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
 
 
-def test_cli_prints_what_was_not_imported(dsn, cli_home, tmp_path, make_memory):
+def test_cli_reports_unknown_keys_as_failed_lines(dsn, cli_home, tmp_path, make_memory):
     make_memory("alice").space()
     f = write(tmp_path / "m.jsonl", [{"content": "Alice likes tea", "role": "user", "mood": "happy"},
-                                     {"contnet": "typo"}])
+                                     {"contnet": "typo"},
+                                     {"content": "Alice likes figs", "role": "user"},
+                                     {"messages": [{"role": "user", "content": "Hi", "name": "Al"}]}])
     res = runner.invoke(app, ["import", str(f), "--dsn", dsn, "--role", "pgmem_gateway", "--user", "alice",
                               "--space", "t64"])
-    assert res.exit_code == 1, res.output  # one line failed
-    assert "ignored keys (not imported): contnet (1 line), mood (1 line)" in res.stdout
+    assert res.exit_code == 1, res.output  # lines 1 and 2 failed (the others meet a space of another model)
+    assert "failed line 1: unknown key 'mood'; a line's keys are content, user, " in res.stdout
     assert "failed line 2: no 'content' key; found 'contnet': did you mean 'content'?" in res.stdout
+    assert "ignored keys (not imported): messages[].name (1 line)" in res.stdout
     res = runner.invoke(app, ["import", str(f), "--dsn", dsn, "--role", "pgmem_gateway", "--user", "alice",
                               "--space", "t64", "--json"])
-    assert json.loads(res.stdout)["ignored"] == {"contnet": 1, "mood": 1}
+    doc = json.loads(res.stdout)
+    assert doc["ignored"] == {"messages[].name": 1}
+    assert [x["where"] for x in doc["failures"]][:2] == ["line 1", "line 2"]
+    assert doc["failures"][0]["reason"].startswith("unknown key 'mood'; a line's keys are ")
 
 
 def test_known_content_is_skipped_before_embedding(make_memory, tmp_path):
