@@ -10,6 +10,10 @@ Formats
   is one conversation: one memory per message with a non-empty text, in order, all in the line's session
   (``session``/``session_id``/``conversation_id``/``id``, else ``<file name>:<line>``), roles kept as above.
   ``content`` may also be a list of parts (``[{"type": "text", "text": "..."}]``): the text parts joined.
+- Two names of one field (``user``/``user_id``, ``agent``/``agent_id``, ``session``/``session_id`` and, on a
+  conversation line, ``conversation_id``/``id``, ``timestamp``/``created_at``) with different values fail the
+  line (or message), naming both: ``'user' is 'alice' but 'user_id' is 'bob': give one of them``. The same
+  value under both is accepted (times compared as instants); a null value counts as absent.
 - A line with a key outside these (:data:`LINE_KEYS`, for a conversation line :data:`CHAT_KEYS`) fails whole,
   nothing of it written: its reason names the unknown key, the accepted key it is closest to (``unknown key
   'sesion_id' (did you mean 'session_id'?)``) and the accepted keys; other fields go in ``metadata``. A line
@@ -189,6 +193,24 @@ def _check_keys(obj: dict, known: tuple[str, ...], what: str) -> None:
                           f"{', '.join(known)} (other fields go in 'metadata')", field=str(unknown[0]))
 
 
+def _one_of(obj: dict, names: tuple[str, ...], field: str, same=None) -> Any:
+    """The value of the first of ``names`` (other names of one field) that ``obj`` has and is not null, else
+    None. ValidationError ``'user' is 'alice' but 'user_id' is 'bob': give one of them`` when two of them
+    differ (compared as ``same(value)`` when given): one would be dropped."""
+    given = [(k, obj[k]) for k in names if obj.get(k) is not None]
+    for k, value in given[1:]:
+        first, other = (same(given[0][1]), same(value)) if same else (given[0][1], value)
+        if first != other:
+            raise ValidationError(f"{given[0][0]!r} is {given[0][1]!r} but {k!r} is {value!r}: give one of them",
+                                  field=field)
+    return given[0][1] if given else None
+
+
+def _time_of(obj: dict) -> datetime | None:
+    when = _one_of(obj, ("timestamp", "created_at"), "timestamp", _parse_time)
+    return _parse_time(when) if when is not None else None
+
+
 def _json_line(line: str) -> Any:
     try:
         return json.loads(line)
@@ -246,19 +268,19 @@ def read_jsonl(path: Path, default_user: str | None = None,
                 if not chat and "content" not in obj:
                     raise _no_content(obj, LINE_KEYS)
                 _check_keys(obj, CHAT_KEYS if chat else LINE_KEYS, "a conversation line's" if chat else "a line's")
-                user = obj.get("user_id", obj.get("user", default_user))
+                user = _one_of(obj, ("user", "user_id"), "user")
+                if user is None:
+                    user = default_user
                 if user is None:
                     raise ValidationError("no user (give 'user' or a default user)", field="user")
                 user = v.check_id(user, "user", optional=False)
-                agent = v.check_id(obj.get("agent_id", obj.get("agent")), "agent")
+                agent = v.check_id(_one_of(obj, ("agent", "agent_id"), "agent"), "agent")
                 if chat:
                     yield from _chat_records(path, n, obj, user, agent, ignored)
                     continue
-                when = obj.get("timestamp", obj.get("created_at"))
                 rec = Record(where, user, v.check_content(_text_of(obj.get("content"))), agent,
-                             v.check_id(obj.get("session_id", obj.get("session")), "session"),
-                             _meta_with_role(obj.get("metadata"), obj.get("role")),
-                             _parse_time(when) if when is not None else None)
+                             v.check_id(_one_of(obj, ("session", "session_id"), "session"), "session"),
+                             _meta_with_role(obj.get("metadata"), obj.get("role")), _time_of(obj))
             except json.JSONDecodeError as exc:
                 yield Failure(where, f"not JSON: {exc.msg} at column {exc.colno}")
             except PgmemError as exc:
@@ -271,11 +293,11 @@ def _chat_records(path: Path, n: int, obj: dict, user: str, agent: str | None,
                   ignored: dict[str, int]) -> Iterator[Record | Failure]:
     """The messages of one chat-export line (``{"messages": [{"role", "content"}, ...]}``), one record each
     (messages without text, such as tool calls, are skipped; other bad messages are Failures)."""
-    session = obj.get("session_id", obj.get("session", obj.get("conversation_id", obj.get("id"))))
+    session = _one_of(obj, ("session", "session_id", "conversation_id", "id"), "session",
+                      lambda s: str(s) if isinstance(s, int) else s)
     session = v.check_id(str(session) if isinstance(session, int) else session, "session") or f"{path.name}:{n}"
     base_meta = v.check_metadata(obj.get("metadata")) or {}
-    when = obj.get("timestamp", obj.get("created_at"))
-    base_time = _parse_time(when) if when is not None else None
+    base_time = _time_of(obj)
     for i, msg in enumerate(obj["messages"]):
         where = f"line {n} message {i + 1}"
         try:
@@ -287,11 +309,11 @@ def _chat_records(path: Path, n: int, obj: dict, user: str, agent: str | None,
             text = _text_of(msg["content"])
             if text is None or (isinstance(text, str) and not text.strip()):
                 continue  # a tool call or an empty message: nothing to remember
-            when = msg.get("timestamp", msg.get("created_at"))
+            when = _time_of(msg)
             yield Record(where, user, v.check_content(text), agent, session,
                          _meta_with_role({**base_meta, **(v.check_metadata(msg.get("metadata")) or {})},
                                          msg.get("role")),
-                         _parse_time(when) if when is not None else base_time)
+                         when if when is not None else base_time)
         except PgmemError as exc:
             yield Failure(where, str(exc))
 

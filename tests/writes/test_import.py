@@ -118,6 +118,42 @@ def test_jsonl_batches_span_users(make_memory, tmp_path, monkeypatch):
         assert all(r.user_id == f"user{u}" and r.session_id == "s" for r in got)
 
 
+def test_conflicting_aliases_fail_their_line_naming_both(make_memory, admin, tmp_path):
+    """Two names of one field (user/user_id, agent/agent_id, session/session_id, a conversation's
+    session/session_id/conversation_id/id, timestamp/created_at) with different values fail the line, naming
+    both keys and values; the same value under both is accepted."""
+    msg = {"role": "user", "content": "a message"}
+    path = write_jsonl(tmp_path / "aliases.jsonl", [
+        {"user": "alice", "user_id": "bob", "content": "Line one."},  # 1
+        {"user": "alice", "agent": "planner", "agent_id": "coach", "content": "Line two."},  # 2
+        {"user": "alice", "session": "s1", "session_id": "s2", "content": "Line three."},  # 3
+        {"user": "alice", "timestamp": "2024-03-01T10:00:00Z", "created_at": "2024-03-02T10:00:00Z",
+         "content": "Line four."},  # 4
+        {"user": "alice", "session": "s1", "conversation_id": "c9", "messages": [msg]},  # 5
+        {"user": "alice", "messages": [{**msg, "timestamp": "2024-03-01T10:00:00Z",
+                                        "created_at": "2024-03-05T10:00:00Z"}]},  # 6
+        {"user": "alice", "user_id": "alice", "agent": "planner", "agent_id": "planner", "session": "s1",
+         "session_id": "s1", "timestamp": "2024-03-01T10:00:00Z", "created_at": "2024-03-01T12:00:00+02:00",
+         "content": "Line seven: the same values twice."},  # 7
+        {"user_id": None, "user": "alice", "id": 8, "conversation_id": "8", "messages": [msg]},  # 8: null is absent
+    ])
+    summary = importer.import_file(make_memory(None), path)
+    assert {f.where: f.reason for f in summary.failures} == {
+        "line 1": "'user' is 'alice' but 'user_id' is 'bob': give one of them",
+        "line 2": "'agent' is 'planner' but 'agent_id' is 'coach': give one of them",
+        "line 3": "'session' is 's1' but 'session_id' is 's2': give one of them",
+        "line 4": "'timestamp' is '2024-03-01T10:00:00Z' but 'created_at' is '2024-03-02T10:00:00Z': give one of them",
+        "line 5": "'session' is 's1' but 'conversation_id' is 'c9': give one of them",
+        "line 6 message 1": "'timestamp' is '2024-03-01T10:00:00Z' but 'created_at' is '2024-03-05T10:00:00Z': "
+                            "give one of them",
+    }
+    assert (summary.rows, summary.added) == (8, 2)
+    assert admin.execute("SELECT content, agent_id, session_id, created_at FROM pgmem.memories "
+                         "ORDER BY created_at").fetchall()[:1] == [
+        ("Line seven: the same values twice.", "planner", "s1", datetime(2024, 3, 1, 10, 0, tzinfo=UTC))]
+    assert admin.execute("SELECT session_id FROM pgmem.memories WHERE content = 'a message'").fetchall() == [("8",)]
+
+
 # --------------------------------------------------------------------------------------------------------
 # LoCoMo
 # --------------------------------------------------------------------------------------------------------
