@@ -25,7 +25,8 @@ Formats
   ``session_N_date_time``). One memory per turn: user = ``sample_id``, session = ``session_N``, content
   ``"Speaker: text"`` (plus ``[shares a photo: caption]`` when the turn shares an image), metadata
   ``speaker``, ``dia_id``, ``session_date``, ``turn`` (position in the session); ``created_at`` = the
-  session's date and time (UTC).
+  session's date and time (UTC). The turns of a session without a readable ``session_N_date_time`` fail,
+  each naming the session and the value.
 
 Every record is validated on its own first; bad records are reported with their line (or dia_id) and the
 reason, never silently dropped, and do not stop the import. Content already stored for the record's user
@@ -387,14 +388,24 @@ def _sessions(conv: dict) -> list[str]:
 def read_locomo(path: Path, agent_id: str | None = "locomo-import", *,
                 detected: bool = False) -> Iterator[Record | Failure]:
     """One record per turn of a LoCoMo file (a Failure for a turn that cannot be stored, or for a session
-    that is not a list of turns). The whole file is loaded and checked by :func:`load_locomo` first."""
+    that is not a list of turns). Each turn of a session whose ``session_N_date_time`` is missing or is not
+    a LoCoMo date and time (:func:`parse_locomo_date`) is a Failure naming the session and the value: its
+    memories would otherwise carry the time of the import. The whole file is loaded and checked by
+    :func:`load_locomo` first."""
     data = load_locomo(path, detected=detected)
     for sample in data:
         user = str(sample["sample_id"])
         conv = sample["conversation"]
         for sess in _sessions(conv):
-            date_text = conv.get(f"{sess}_date_time") or ""
+            date_text = conv.get(f"{sess}_date_time")
             when = parse_locomo_date(date_text)
+            undated = None
+            if date_text is None:
+                undated = (f"{sess} has no {sess}_date_time (a LoCoMo date and time such as "
+                           f"'1:56 pm on 8 May, 2023')")
+            elif when is None:
+                undated = (f"{sess}_date_time {date_text!r} is not a LoCoMo date and time such as "
+                           f"'1:56 pm on 8 May, 2023'")
             turns = conv.get(sess) or []
             if not isinstance(turns, list):
                 yield Failure(f"{user} {sess}", "a session must be a JSON list of turns")
@@ -404,6 +415,9 @@ def read_locomo(path: Path, agent_id: str | None = "locomo-import", *,
                     yield Failure(f"{user} {sess}[{i}]", "a turn must be a JSON object")
                     continue
                 where = f"{user} {turn.get('dia_id', f'{sess}[{i}]')}"
+                if undated:  # stored at the time of the import it would be misdated: refused, with its reason
+                    yield Failure(where, undated)
+                    continue
                 try:
                     meta = {"speaker": turn.get("speaker"), "dia_id": turn.get("dia_id"), "turn": i,
                             "session_date": date_text}

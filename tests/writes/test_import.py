@@ -255,7 +255,7 @@ def test_locomo_one_memory_per_turn_with_context_and_idempotent(make_memory, adm
 
 def test_locomo_turns_that_are_not_objects_are_reported(make_memory, tmp_path):
     data = [{"sample_id": "conv-y", "conversation": {
-        "session_1_date_time": "not a date",
+        "session_1_date_time": "3:00 pm on 2 March, 2023",
         "session_1": [turn("Ada", "D1:1", "A fine turn."), "just a string", turn("Bo", "D1:3", "Another fine turn.")]}}]
     path = tmp_path / "odd.json"
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -263,8 +263,27 @@ def test_locomo_turns_that_are_not_objects_are_reported(make_memory, tmp_path):
     summary = importer.import_file(gateway, path)
     assert (summary.rows, summary.added) == (3, 2)
     assert [f.where for f in summary.failures] == ["conv-y session_1[1]"]
-    items = gateway.with_identity(user_id="conv-y").list().items
-    assert [r.metadata["session_date"] for r in items] == ["not a date"] * 2  # kept as text; created_at is now
+
+
+def test_locomo_session_without_a_readable_date_is_refused_turn_by_turn(make_memory, admin, tmp_path):
+    """A session whose date cannot be read fails each of its turns, naming the session and the value (was:
+    stored with created_at = the time of the import); the other sessions are imported."""
+    data = [{"sample_id": "conv-z", "conversation": {
+        "session_1_date_time": "not a date",
+        "session_1": [turn("Ada", "D1:1", "A turn of an undated session."), turn("Bo", "D1:2", "Another one.")],
+        "session_2": [turn("Ada", "D2:1", "A session with no date at all.")],
+        "session_3_date_time": "3:00 pm on 2 March, 2023",
+        "session_3": [turn("Bo", "D3:1", "A dated turn.")]}}]
+    path = tmp_path / "undated.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    summary = importer.import_file(make_memory(None), path)
+    assert (summary.rows, summary.added) == (4, 1)
+    bad = "session_1_date_time 'not a date' is not a LoCoMo date and time such as '1:56 pm on 8 May, 2023'"
+    assert {f.where: f.reason for f in summary.failures} == {
+        "conv-z D1:1": bad, "conv-z D1:2": bad,
+        "conv-z D2:1": "session_2 has no session_2_date_time (a LoCoMo date and time such as '1:56 pm on 8 May, 2023')"}
+    assert admin.execute("SELECT content, created_at FROM pgmem.memories").fetchall() == [
+        ("Bo: A dated turn.", datetime(2023, 3, 2, 15, 0, tzinfo=UTC))]
 
 
 @pytest.mark.parametrize("text, expected", [
