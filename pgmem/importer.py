@@ -23,7 +23,9 @@ Formats
 - LoCoMo (Maharana et al., ACL 2024, "Evaluating Very Long-Term Conversational Memory of LLM Agents"): a
   JSON list of samples with ``sample_id`` and ``conversation`` (``session_N`` turn lists and
   ``session_N_date_time``). One memory per turn: user = ``sample_id``, session = ``session_N``, content
-  ``"Speaker: text"`` (plus ``[shares a photo: caption]`` when the turn shares an image), metadata
+  ``"Speaker: text"`` (plus ``[shares a photo: caption]`` when the turn shares an image; a photo without text
+  is ``"Speaker: [shares a photo: caption]"``; a turn with no speaker, or with neither text nor caption,
+  fails: see :func:`locomo_turn_text`), metadata
   ``speaker``, ``dia_id``, ``session_date``, ``turn`` (position in the session); ``created_at`` = the
   session's date and time (UTC). The turns of a session without a readable ``session_N_date_time`` fail,
   each naming the session and the value.
@@ -342,10 +344,24 @@ def parse_locomo_date(text: str) -> datetime | None:
 
 
 def locomo_turn_text(turn: dict) -> str:
-    """The content stored for one LoCoMo turn: ``"Speaker: text"`` plus the shared photo's caption."""
-    text = f"{turn.get('speaker', '')}: {turn.get('text', '')}".strip()
-    caption = turn.get("blip_caption")
-    if caption:
+    """The content stored for one LoCoMo turn: ``"Speaker: text"`` plus the shared photo's caption,
+    ``"Speaker: text [shares a photo: caption]"``; a turn that shares a photo without text is
+    ``"Speaker: [shares a photo: caption]"`` (the caption is what it says).
+
+    ValidationError (the turn is reported as failed, never stored as a bare ``"Speaker:"``) when the turn has
+    no speaker (a non-blank string), when its ``text`` or ``blip_caption`` is neither a string nor null, or
+    when it has neither a non-blank text nor a non-blank caption: nothing to store."""
+    speaker = turn.get("speaker")
+    if not isinstance(speaker, str) or not speaker.strip():
+        raise ValidationError("the turn has no speaker", field="speaker")
+    for key in ("text", "blip_caption"):
+        if turn.get(key) is not None and not isinstance(turn[key], str):
+            raise ValidationError(f"the turn's {key} must be a string, got {type(turn[key]).__name__}", field=key)
+    said, caption = turn.get("text") or "", turn.get("blip_caption") or ""
+    if not said.strip() and not caption.strip():
+        raise ValidationError("the turn has no text and no photo caption: nothing to store", field="text")
+    text = f"{speaker}: {said}".strip()
+    if caption.strip():
         text += f" [shares a photo: {caption}]"
     return text
 

@@ -286,6 +286,35 @@ def test_locomo_session_without_a_readable_date_is_refused_turn_by_turn(make_mem
         ("Bo: A dated turn.", datetime(2023, 3, 2, 15, 0, tzinfo=UTC))]
 
 
+def test_locomo_turn_needs_a_speaker_and_text_or_a_photo(make_memory, admin, tmp_path):
+    """A turn with a photo caption but no text is stored (the caption is what it says); a turn with neither
+    text nor caption, with text that is not a string, or with no speaker fails, named by its dia_id (was:
+    stored as "Ada:", "Ada: 42" or ": text")."""
+    data = [{"sample_id": "conv-p", "conversation": {
+        "session_1_date_time": "3:00 pm on 2 March, 2023",
+        "session_1": [
+            turn("Ada", "D1:1", "", img_url=["https://example.invalid/cat.jpg"], blip_caption="a cat on a sofa"),
+            {"speaker": "Bo", "dia_id": "D1:2", "blip_caption": "a red bicycle"},  # no text key at all
+            turn("Ada", "D1:3", ""),
+            turn("Bo", "D1:4", "   ", blip_caption=""),
+            {"speaker": "Ada", "dia_id": "D1:5"},
+            turn("Bo", "D1:6", 42),
+            turn("", "D1:7", "Who said this?"),
+            {"dia_id": "D1:8", "text": "Nobody said this."},
+        ]}}]
+    path = tmp_path / "photos.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    summary = importer.import_file(make_memory(None), path)
+    assert (summary.rows, summary.added) == (8, 2)
+    nothing = "the turn has no text and no photo caption: nothing to store"
+    assert {f.where: f.reason for f in summary.failures} == {
+        "conv-p D1:3": nothing, "conv-p D1:4": nothing, "conv-p D1:5": nothing,
+        "conv-p D1:6": "the turn's text must be a string, got int",
+        "conv-p D1:7": "the turn has no speaker", "conv-p D1:8": "the turn has no speaker"}
+    assert sorted(r[0] for r in admin.execute("SELECT content FROM pgmem.memories").fetchall()) == [
+        "Ada: [shares a photo: a cat on a sofa]", "Bo: [shares a photo: a red bicycle]"]
+
+
 @pytest.mark.parametrize("text, expected", [
     ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
     ("12:00 am on 1 January, 2024", datetime(2024, 1, 1, 0, 0, tzinfo=UTC)),
