@@ -111,16 +111,46 @@ def item_text(value: Mapping[str, Any], fields: Sequence[str] | None) -> str:
     return "\n".join(t for t in texts if isinstance(t, str) and t.strip())
 
 
+def _is_op(k: Any) -> bool:
+    return isinstance(k, str) and k.startswith("$")
+
+
+def _nested_operator(value: Any, at: str) -> tuple[str, str] | None:
+    """The first ``$`` key inside a plain (equality) value, with its path, else None."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if _is_op(k):
+                return k, at
+            found = _nested_operator(v, f"{at}.{k}")
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _nested_operator(v, f"{at}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def translate_filter(flt: Mapping[str, Any] | None) -> dict[str, Any]:
     """A LangGraph filter as a pgmem metadata filter (docs/filters.md): ``{"k": v}`` is JSON equality (an
     object value too); ``{"k": {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte": v, ...}}`` the operators (ranges compare
-    JSON numbers only). Raises InvalidFilter for other ``$`` operators and for reserved keys."""
+    JSON numbers only). Raises InvalidFilter for other ``$`` operators, for reserved keys, for an object that
+    mixes ``$`` operators with plain keys (``{"score": {"$gt": 1, "x": 2}}``: LangGraph's own stores refuse it
+    as an unsupported operator; it is not read as equality) and for a ``$`` key inside an equality value
+    (``{"stats": {"score": {"$gt": 1}}}``: operators apply only directly under a top-level key; an object to
+    compare with that holds ``$`` keys is written ``{"$eq": {...}}``)."""
     out: dict[str, Any] = {}
     for key, value in (flt or {}).items():
         if not isinstance(key, str) or key.startswith(RESERVED) or key.startswith("$"):
             raise InvalidFilter(f"invalid filter key {key!r}: keys name top-level fields of the value",
                                 field="filter")
-        if isinstance(value, Mapping) and value and all(isinstance(k, str) and k.startswith("$") for k in value):
+        if isinstance(value, Mapping) and any(_is_op(k) for k in value) and not all(_is_op(k) for k in value):
+            ops = ", ".join(repr(k) for k in value if _is_op(k))
+            plain = ", ".join(repr(k) for k in value if not _is_op(k))
+            raise InvalidFilter(f"filter on {key!r} mixes operators ({ops}) with plain keys ({plain}): write "
+                                "{'$eq': {...}} to compare with an object, or use operators only", field="filter")
+        if isinstance(value, Mapping) and value and all(_is_op(k) for k in value):
             ops = {}
             for op, arg in value.items():
                 if op not in OPERATORS:
@@ -129,6 +159,12 @@ def translate_filter(flt: Mapping[str, Any] | None) -> dict[str, Any]:
                 ops[OPERATORS[op]] = arg
             out[key] = ops
         else:
+            nested = _nested_operator(value, key)
+            if nested:
+                raise InvalidFilter(f"filter on {key!r} has the operator {nested[0]!r} inside its value (at "
+                                    f"{nested[1]}): operators apply only directly under a top-level key of the "
+                                    "value; to compare with an object that holds '$' keys, write {'$eq': {...}}",
+                                    field="filter")
             out[key] = {"eq": value}
     return out
 

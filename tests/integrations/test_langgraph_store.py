@@ -113,6 +113,8 @@ def test_filters_map_onto_pgmem_operators(store):
         store.search(ns, filter={"text": {"$regex": "m.*"}})
     with pytest.raises(InvalidFilter, match="needs a number"):  # pgmem ranges compare numbers only
         store.search(ns, filter={"text": {"$gt": "a"}})
+    with pytest.raises(InvalidFilter, match="mixes operators"):  # nothing is read as equality by mistake
+        store.search(ns, filter={"priority": {"$gt": 1, "max": 5}})
 
 
 def test_index_false_and_index_fields(store):
@@ -320,6 +322,37 @@ def test_translate_filter():
         {"a": {"eq": 1}, "b": {"gt": 2, "ne": 3}, "c": {"eq": {"x": 1}}}
     with pytest.raises(InvalidFilter):
         translate_filter({"langgraph:key": "x"})
+
+
+@pytest.mark.parametrize("flt, message", [
+    # operators mixed with plain keys: LangGraph's own stores raise "Unsupported operator: x"; this was read as
+    # JSON equality with the object {"$gt": 1, "x": 2}, which no value holds: silently nothing found
+    ({"score": {"$gt": 1, "x": 2}},
+     "filter on 'score' mixes operators ('$gt') with plain keys ('x'): write {'$eq': {...}} to compare with an "
+     "object, or use operators only"),
+    ({"score": {"x": 2, "$lt": 5, "$gte": 1}},
+     "filter on 'score' mixes operators ('$lt', '$gte') with plain keys ('x'): write {'$eq': {...}} to compare "
+     "with an object, or use operators only"),
+    # an operator inside an equality value: LangGraph's in-memory store applies it there; pgmem would compare
+    # the object {"$gt": 1} literally
+    ({"stats": {"score": {"$gt": 1}}},
+     "filter on 'stats' has the operator '$gt' inside its value (at stats.score): operators apply only "
+     "directly under a top-level key of the value; to compare with an object that holds '$' keys, write "
+     "{'$eq': {...}}"),
+    ({"tags": [{"name": {"$ne": "x"}}]},
+     "filter on 'tags' has the operator '$ne' inside its value (at tags[0].name): operators apply only "
+     "directly under a top-level key of the value; to compare with an object that holds '$' keys, write "
+     "{'$eq': {...}}"),
+])
+def test_translate_filter_refuses_operators_mixed_with_plain_keys(flt, message):
+    with pytest.raises(InvalidFilter) as info:
+        translate_filter(flt)
+    assert str(info.value) == message and info.value.field == "filter"
+
+
+def test_translate_filter_keeps_explicit_object_equality():
+    assert translate_filter({"meta": {"$eq": {"a": 1}}, "x": {"$ne": {"b": [1]}}}) == \
+        {"meta": {"eq": {"a": 1}}, "x": {"ne": {"b": [1]}}}
 
 
 def test_concurrent_batches_on_the_same_keys(alice):
