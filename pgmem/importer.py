@@ -180,22 +180,6 @@ class Ignored(dict):
                 self[prefix + key] = self.get(prefix + key, 0) + 1
 
 
-def _check_keys(obj: dict, known: tuple[str, ...], what: str) -> None:
-    """ValidationError naming the keys of ``obj`` outside ``known`` (each with the accepted key it is closest
-    to, when one is close) and every accepted key: a line is imported whole or not at all."""
-    import difflib
-
-    unknown = [k for k in obj if k not in known]
-    if not unknown:
-        return
-    named = []
-    for k in unknown:
-        close = difflib.get_close_matches(str(k), known, n=1, cutoff=0.75)
-        named.append(repr(k) + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise ValidationError(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; {what} keys are "
-                          f"{', '.join(known)} (other fields go in 'metadata')", field=str(unknown[0]))
-
-
 def _one_of(obj: dict, names: tuple[str, ...], field: str, same=None) -> Any:
     """The value of the first of ``names`` (other names of one field) that ``obj`` has and is not null, else
     None. ValidationError ``'user' is 'alice' but 'user_id' is 'bob': give one of them`` when two of them
@@ -270,7 +254,8 @@ def read_jsonl(path: Path, default_user: str | None = None,
                 chat = isinstance(obj.get("messages"), list) and "content" not in obj
                 if not chat and "content" not in obj:
                     raise _no_content(obj, LINE_KEYS)
-                _check_keys(obj, CHAT_KEYS if chat else LINE_KEYS, "a conversation line's" if chat else "a line's")
+                v.check_known_keys(obj, CHAT_KEYS if chat else LINE_KEYS, "a conversation line's" if chat else "a line's",
+                                   after="(other fields go in 'metadata')")
                 user = _one_of(obj, ("user", "user_id"), "user")
                 if user is None:
                     user = default_user

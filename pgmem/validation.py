@@ -335,6 +335,26 @@ ITEM_KEYS = frozenset({"content", "metadata", "agent_id", "session_id", "expires
                        "user_id"})
 
 
+def check_known_keys(obj: Mapping[str, Any], known: Sequence[str], what: str, *, where: str = "",
+                     after: str = "") -> None:
+    """ValidationError naming the keys of ``obj`` outside ``known`` (each with the accepted key it is closest
+    to, by :func:`difflib.get_close_matches` at 0.75, when one is) and every accepted key: ``"<where>: unknown
+    key 'sesion_id' (did you mean 'session_id'?); <what> keys are ... <after>"``. ``field`` is the first
+    unknown key. Input is taken whole or not at all, so a misspelt key is an error, never dropped."""
+    import difflib
+
+    unknown = [k for k in obj if k not in known]
+    if not unknown:
+        return
+    named = []
+    for k in unknown:
+        close = difflib.get_close_matches(str(k), list(known), n=1, cutoff=0.75)
+        named.append(repr(k) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ValidationError(f"{where + ': ' if where else ''}unknown key{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(named)}; {what} keys are {', '.join(known)}{' ' + after if after else ''}",
+                          field=str(unknown[0]))
+
+
 def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
     """One item of :meth:`Memory.add_many`, validated: a dict with every key of ``ITEM_KEYS`` (None when not
     given; ``metadata`` ``{}``; ``id`` a UUID). The embedding is checked later, against the space's dims.

@@ -179,7 +179,41 @@ DECLARE
     v_turn_skip bigint := 0;
     v_hist_skip bigint := 0;
     v_k text;
+    v_i integer;
+    v_keys text[];
 BEGIN
+    -- Every key of a row is one that pgmem.export_user writes for its kind (some, such as user_id, are not read:
+    -- the rows go to the importing user). A misspelt key would otherwise be ignored and its value lost: the
+    -- memory stored without its metadata, the turn without its session.
+    FOR v_i IN 1 .. coalesce(cardinality(p_rows), 0) LOOP
+        v_row := p_rows[v_i];
+        v_keys := CASE v_row ->> 'kind'
+            WHEN 'memory' THEN ARRAY['kind', 'id', 'user_id', 'space', 'agent_id', 'session_id', 'content', 'metadata',
+                                     'created_at', 'updated_at', 'expires_at', 'version', 'valid_from', 'valid_to',
+                                     'superseded_by', 'embedding', 'vectors', 'sources']
+            WHEN 'turn' THEN ARRAY['kind', 'turn_id', 'user_id', 'space', 'session_id', 'agent_id', 'role', 'content',
+                                   'metadata', 'created_at', 'expires_at', 'consolidated_at', 'embedding']
+            WHEN 'history' THEN ARRAY['kind', 'event_id', 'user_id', 'memory_id', 'event', 'old_content', 'new_content',
+                                      'old_metadata', 'new_metadata', 'actor_agent_id', 'actor_role', 'created_at',
+                                      'related_id']
+        END;
+        CONTINUE WHEN v_keys IS NULL;  -- an unknown kind: refused below, after the rows it would not stop
+        SELECT min(x.k) INTO v_k FROM jsonb_object_keys(v_row) AS x(k) WHERE x.k <> ALL (v_keys);
+        IF v_k IS NULL AND jsonb_typeof(v_row -> 'vectors') = 'array' THEN  -- an extra vector: its kind and embedding
+            SELECT min(x.k) INTO v_k FROM jsonb_array_elements(v_row -> 'vectors') AS e(v)
+            CROSS JOIN LATERAL jsonb_object_keys(CASE jsonb_typeof(e.v) WHEN 'object' THEN e.v ELSE '{}' END) AS x(k)
+            WHERE x.k NOT IN ('kind', 'embedding');
+            IF v_k IS NOT NULL THEN
+                RAISE EXCEPTION 'row %: unknown key % in an extra vector of a memory row', v_i, to_json(v_k)::text
+                    USING ERRCODE = 'PGM08', HINT = 'An extra vector holds kind and embedding.';
+            END IF;
+        END IF;
+        IF v_k IS NOT NULL THEN
+            RAISE EXCEPTION 'row %: unknown key % in a % row', v_i, to_json(v_k)::text, v_row ->> 'kind'
+                USING ERRCODE = 'PGM08', HINT = 'A ' || (v_row ->> 'kind') || ' row has the keys ' || array_to_string(v_keys, ', ')
+                                                || ' (those pgmem.export_user writes).';
+        END IF;
+    END LOOP;
     -- Turns first (they get new ids; sources are mapped to them), then memories in their export order. A turn
     -- already present (same space, session, role, content and time) is not added again: its id is reused.
     FOR v_row IN SELECT r FROM unnest(p_rows) r WHERE r ->> 'kind' = 'turn' ORDER BY (r ->> 'turn_id')::bigint LOOP
@@ -243,4 +277,4 @@ END
 $function$
 $def$); END $pgmem$;
 COMMENT ON FUNCTION pgmem.import_user(jsonb[]) IS
-    'Read rows of pgmem.export_user back in for the current user, all or nothing: memories keep their ids, times, validity, metadata, embeddings, extra vectors and source links; turns get new ids (links follow them); a turn already present (same space, session, role, content, time) is skipped. History rows are not replayed (the import writes its own ADD events); they are counted as skipped. A memory whose id or current content already exists is skipped.';
+    'Read rows of pgmem.export_user back in for the current user, all or nothing: memories keep their ids, times, validity, metadata, embeddings, extra vectors and source links; turns get new ids (links follow them); a turn already present (same space, session, role, content, time) is skipped. History rows are not replayed (the import writes its own ADD events); they are counted as skipped. A memory whose id or current content already exists is skipped. A row with a key export_user does not write for its kind is refused (PGM08), naming the row (1-based) and the key.';

@@ -11,6 +11,7 @@ import numpy as np
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
+from psycopg.types.json import Jsonb
 
 from conftest import run
 from pgmem import IdentityError, NotFound, ValidationError, VersionConflict
@@ -291,6 +292,30 @@ def test_export_then_erase_then_import_round_trips(alice, root, admin):
     assert again["memory"] == {"imported": 0, "skipped": len(mems)}
     assert again["turn"] == {"imported": 0, "skipped": 2}
     assert len(alice.recent_turns("s")) == 2
+
+
+@pytest.mark.parametrize("kind, typo, field", [("memory", "contnet", "content"), ("memory", "meta_data", "metadata"),
+                                               ("turn", "sesion_id", "session_id"), ("history", "evnt", "event")])
+def test_import_refuses_a_row_with_an_unknown_key_and_writes_nothing(alice, root, admin, kind, typo, field):
+    """A misspelt key in an export row was ignored: the memory came in without its metadata, the turn without
+    its session. Now the whole import fails naming the key, through the wrapper and in SQL alike."""
+    _populate(alice, "alice")
+    rows = alice.export()
+    root.erase_user("alice")
+    bad = [dict(r) for r in rows]
+    i = next(i for i, r in enumerate(bad) if r["kind"] == kind)
+    bad[i][typo] = bad[i].pop(field)
+    with pytest.raises(ValidationError, match=f"row {i}.*unknown key '{typo}'") as e:
+        alice.import_rows(bad)
+    assert field in str(e.value)  # the accepted keys are listed
+    assert alice.export() == []
+    # The same rows through SQL (a DBA in psql, any other client): the function refuses them itself.
+    with pytest.raises(psycopg.Error, match=f"row {i + 1}: unknown key \"{typo}\"") as e:
+        run(admin, "SELECT * FROM pgmem.import_user(%s::jsonb[])", ([Jsonb(r) for r in bad],))
+    assert e.value.sqlstate == "PGM08"
+    assert alice.export() == []
+    # A known key the import does not read (user_id: the rows go to the importing user) is accepted.
+    assert alice.import_rows(rows)["memory"]["imported"] > 0
 
 
 def test_export_without_embeddings_cannot_be_imported(alice):
