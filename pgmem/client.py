@@ -295,17 +295,6 @@ _MEMORY_ROWS = record_rows(MemoryRecord)
 _VECTOR_ROWS = record_rows(MemoryRecord, score_from="similarity")  # vector search: score = cosine similarity
 
 
-# The keys pgmem.export_user writes per row kind, which pgmem.import_user accepts (and refuses any other):
-# sql/current/90-retention-erasure.sql.
-EXPORT_KEYS = {
-    "memory": ("kind", "id", "user_id", "space", "agent_id", "session_id", "content", "metadata", "created_at",
-               "updated_at", "expires_at", "version", "valid_from", "valid_to", "superseded_by", "embedding", "vectors",
-               "sources"),
-    "turn": ("kind", "turn_id", "user_id", "space", "session_id", "agent_id", "role", "content", "metadata", "created_at",
-             "expires_at", "consolidated_at", "embedding"),
-    "history": ("kind", "event_id", "user_id", "memory_id", "event", "old_content", "new_content", "old_metadata",
-                "new_metadata", "actor_agent_id", "actor_role", "created_at", "related_id"),
-}
 PUT_KEYED_KEYS = frozenset({"key", "content", "metadata", "alt_content", "session_id", "expires_at", "ttl",
                             "embedding"})
 KEY_FIELD = "pgmem:key"  # the metadata key pgmem.put_keyed keeps an item's key in
@@ -1019,15 +1008,8 @@ class MemoryBase:
         if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
             raise ValidationError("rows must be a list of export rows (objects)", field="rows")
         out = []
-        for i, r in enumerate(rows):
-            if not isinstance(r, Mapping) or r.get("kind") not in EXPORT_KEYS:
-                raise ValidationError(f"row {i}: expected an object of kind memory, turn or history", field="rows")
-            v.check_known_keys(r, EXPORT_KEYS[r["kind"]], f"a {r['kind']} row's", where=f"row {i}",
-                               after="(those pgmem.export_user writes)")
-            if r["kind"] == "memory" and isinstance(r.get("vectors"), list):
-                for vec in r["vectors"]:
-                    if isinstance(vec, Mapping):
-                        v.check_known_keys(vec, ("kind", "embedding"), "an extra vector's", where=f"row {i}")
+        for i, r in enumerate(rows, 1):  # numbered from 1, as pgmem.import_user numbers them
+            v.check_export_row(r, f"row {i}")
             out.append(Jsonb(dict(r)))
         return _params("import_user", {"rows": out})
 

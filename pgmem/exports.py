@@ -50,7 +50,10 @@ def kind_counts(rows: Iterable[dict]) -> dict[str, int]:
 
 
 def read_export(file: Path) -> list[dict]:
-    """The rows of a `pgmem export` file (JSONL, each with "kind"); ValidationError naming a bad line."""
+    """The rows of a `pgmem export` file (JSONL, each with "kind"); ValidationError naming a bad line (a line
+    that is not JSON, not a row of an export, or that has a key export_user does not write for its kind)."""
+    from . import validation as v  # numpy with it: not at the CLI's start-up
+
     rows = []
     try:
         with open(file, encoding="utf-8") as fh:
@@ -64,6 +67,7 @@ def read_export(file: Path) -> list[dict]:
                 if not isinstance(row, dict) or row.get("kind") not in ("memory", "turn", "history"):
                     raise ValidationError(f"{file} line {n} is not a row of a pgmem export (no kind memory, turn "
                                           "or history)")
+                v.check_export_row(row, f"{file} line {n}")
                 rows.append(row)
     except UnicodeDecodeError as exc:
         raise ValidationError(f"{file} is not UTF-8 text ({exc.reason})", field="file") from None

@@ -355,6 +355,33 @@ def check_known_keys(obj: Mapping[str, Any], known: Sequence[str], what: str, *,
                           field=str(unknown[0]))
 
 
+# The keys pgmem.export_user writes per row kind, which pgmem.import_user accepts (and refuses any other):
+# sql/current/90-retention-erasure.sql.
+EXPORT_KEYS = {
+    "memory": ("kind", "id", "user_id", "space", "agent_id", "session_id", "content", "metadata", "created_at",
+               "updated_at", "expires_at", "version", "valid_from", "valid_to", "superseded_by", "embedding", "vectors",
+               "sources"),
+    "turn": ("kind", "turn_id", "user_id", "space", "session_id", "agent_id", "role", "content", "metadata", "created_at",
+             "expires_at", "consolidated_at", "embedding"),
+    "history": ("kind", "event_id", "user_id", "memory_id", "event", "old_content", "new_content", "old_metadata",
+                "new_metadata", "actor_agent_id", "actor_role", "created_at", "related_id"),
+}
+
+
+def check_export_row(row: Any, where: str) -> None:
+    """One row of a ``pgmem export`` (``pgmem.export_user``) as ``pgmem.import_user`` takes it: an object of kind
+    memory, turn or history with no key outside ``EXPORT_KEYS[kind]`` (an extra vector: kind and embedding).
+    ValidationError starting with ``where`` (``"row 3"``, ``"alice.jsonl line 3"``) otherwise."""
+    if not isinstance(row, Mapping) or row.get("kind") not in EXPORT_KEYS:
+        raise ValidationError(f"{where}: expected an object of kind memory, turn or history", field="rows")
+    check_known_keys(row, EXPORT_KEYS[row["kind"]], f"a {row['kind']} row's", where=where,
+                     after="(those pgmem.export_user writes)")
+    if row["kind"] == "memory" and isinstance(row.get("vectors"), list):
+        for vec in row["vectors"]:
+            if isinstance(vec, Mapping):
+                check_known_keys(vec, ("kind", "embedding"), "an extra vector's", where=where)
+
+
 def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
     """One item of :meth:`Memory.add_many`, validated: a dict with every key of ``ITEM_KEYS`` (None when not
     given; ``metadata`` ``{}``; ``id`` a UUID). The embedding is checked later, against the space's dims.

@@ -14,6 +14,7 @@ from pgvector.psycopg import register_vector
 from psycopg.types.json import Jsonb
 
 from conftest import run
+from pgmem import exports
 from pgmem import IdentityError, NotFound, ValidationError, VersionConflict
 from pgmem.testing import HashEmbedder
 
@@ -296,7 +297,7 @@ def test_export_then_erase_then_import_round_trips(alice, root, admin):
 
 @pytest.mark.parametrize("kind, typo, field", [("memory", "contnet", "content"), ("memory", "meta_data", "metadata"),
                                                ("turn", "sesion_id", "session_id"), ("history", "evnt", "event")])
-def test_import_refuses_a_row_with_an_unknown_key_and_writes_nothing(alice, root, admin, kind, typo, field):
+def test_import_refuses_a_row_with_an_unknown_key_and_writes_nothing(alice, root, admin, tmp_path, kind, typo, field):
     """A misspelt key in an export row was ignored: the memory came in without its metadata, the turn without
     its session. Now the whole import fails naming the key, through the wrapper and in SQL alike."""
     _populate(alice, "alice")
@@ -305,9 +306,14 @@ def test_import_refuses_a_row_with_an_unknown_key_and_writes_nothing(alice, root
     bad = [dict(r) for r in rows]
     i = next(i for i, r in enumerate(bad) if r["kind"] == kind)
     bad[i][typo] = bad[i].pop(field)
-    with pytest.raises(ValidationError, match=f"row {i}.*unknown key '{typo}'") as e:
+    with pytest.raises(ValidationError, match=f"^row {i + 1}: unknown key '{typo}'") as e:  # numbered from 1, as in SQL
         alice.import_rows(bad)
     assert field in str(e.value)  # the accepted keys are listed
+    # An export file (pgmem import FILE) names the file's line.
+    path = tmp_path / "alice.jsonl"
+    path.write_text("".join(exports.jsonl_lines(bad)), encoding="utf-8")
+    with pytest.raises(ValidationError, match=f"alice.jsonl line {i + 1}: unknown key '{typo}'"):
+        exports.read_export(path)
     assert alice.export() == []
     # The same rows through SQL (a DBA in psql, any other client): the function refuses them itself.
     with pytest.raises(psycopg.Error, match=f"row {i + 1}: unknown key \"{typo}\"") as e:
