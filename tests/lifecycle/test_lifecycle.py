@@ -5,6 +5,7 @@ with a past created_at (imports may) under a space TTL, and by explicit expiries
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -322,6 +323,23 @@ def test_import_refuses_a_row_with_an_unknown_key_and_writes_nothing(alice, root
     assert alice.export() == []
     # A known key the import does not read (user_id: the rows go to the importing user) is accepted.
     assert alice.import_rows(rows)["memory"]["imported"] > 0
+
+
+def test_the_import_accepts_exactly_the_keys_the_export_writes(alice):
+    """pgmem.validation.EXPORT_KEYS (the wrapper's check) and pgmem.import_user's lists (SQL) name the keys
+    pgmem.export_user writes: a key added to the export must be added to both, or its rows would be refused."""
+    from pgmem.validation import EXPORT_KEYS
+    _populate(alice, "alice")
+    rows = alice.export()
+    assert {r["kind"] for r in rows} == set(EXPORT_KEYS)
+    for r in rows:
+        assert set(r) == set(EXPORT_KEYS[r["kind"]]), r["kind"]
+    sql = (Path(__file__).resolve().parents[2] / "sql" / "current" / "90-retention-erasure.sql").read_text()
+    body = sql[sql.index("CREATE OR REPLACE FUNCTION pgmem.import_user"):]
+    for kind, keys in EXPORT_KEYS.items():
+        listed = body[body.index(f"WHEN '{kind}' THEN ARRAY["):]
+        listed = listed[:listed.index("]")]
+        assert [k.strip().strip("'") for k in listed.split("ARRAY[", 1)[1].split(",")] == list(keys), kind
 
 
 def test_export_without_embeddings_cannot_be_imported(alice):
