@@ -267,6 +267,7 @@ def check_batch_size(items: Sequence) -> None:
 SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
 MAX_SENTENCE_VECTORS = 32
 VECTOR_KINDS = ("sentence", "context")
+MAX_EXTRA_VECTORS = 1000  # a memory's extra vectors at most: pgmem.add, add_batch, put_keyed and import_user
 # The extra vectors a text write stores by default (``contextual=True``): the ones the LoCoMo measurement of
 # each kind's contribution to recall supports (docs/recall.md, "What each extra vector pays for").
 DEFAULT_VECTOR_KINDS = frozenset(VECTOR_KINDS)
@@ -372,14 +373,28 @@ def check_export_row(row: Any, where: str) -> None:
     """One row of a ``pgmem export`` (``pgmem.export_user``) as ``pgmem.import_user`` takes it: an object of kind
     memory, turn or history with no key outside ``EXPORT_KEYS[kind]`` (an extra vector: kind and embedding).
     ValidationError starting with ``where`` (``"row 3"``, ``"alice.jsonl line 3"``) otherwise."""
-    if not isinstance(row, Mapping) or row.get("kind") not in EXPORT_KEYS:
+    if not isinstance(row, Mapping) or not isinstance(row.get("kind"), str) or row["kind"] not in EXPORT_KEYS:
         raise ValidationError(f"{where}: expected an object of kind memory, turn or history", field="rows")
     check_known_keys(row, EXPORT_KEYS[row["kind"]], f"a {row['kind']} row's", where=where,
                      after="(those pgmem.export_user writes)")
-    if row["kind"] == "memory" and isinstance(row.get("vectors"), list):
-        for vec in row["vectors"]:
-            if isinstance(vec, Mapping):
-                check_known_keys(vec, ("kind", "embedding"), "an extra vector's", where=where)
+    if row["kind"] != "memory":
+        return
+    # As pgmem.import_user checks them (and pgmem.add takes extra vectors): the same messages.
+    vectors, sources = row.get("vectors"), row.get("sources")
+    if not isinstance(vectors, (list, type(None))) or not isinstance(sources, (list, type(None))):
+        raise ValidationError(f"{where}: vectors and sources must be arrays", field="rows")
+    for vec in vectors or ():
+        if isinstance(vec, Mapping):
+            check_known_keys(vec, ("kind", "embedding"), "an extra vector's", where=where)
+    if len(vectors or ()) > MAX_EXTRA_VECTORS:
+        raise ValidationError(f"{where}: a memory holds at most {MAX_EXTRA_VECTORS} extra vectors", field="rows")
+    if any(not isinstance(vec, Mapping) or vec.get("kind") not in VECTOR_KINDS for vec in vectors or ()):
+        raise ValidationError(f"{where}: an extra vector is an object of kind sentence or context", field="rows")
+    version = row.get("version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, (int, float))
+                                or not float(version).is_integer() or not 1 <= version <= 2147483646):
+        raise ValidationError(f"{where}: version must be a whole number from 1 to 2147483646, got {version!r}",
+                              field="rows")
 
 
 def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:

@@ -182,6 +182,11 @@ DECLARE
     v_i integer;
     v_keys text[];
 BEGIN
+    -- Rows are read as p_rows[1..n] here and by unnest below: an array of more dimensions or another lower bound
+    -- (possible from SQL) would pass the checks as NULLs and be written all the same.
+    IF array_ndims(p_rows) > 1 OR array_lower(p_rows, 1) <> 1 THEN
+        RAISE EXCEPTION 'rows must be a one-dimensional array starting at index 1' USING ERRCODE = 'PGM08';
+    END IF;
     -- Every key of a row is one that pgmem.export_user writes for its kind (some, such as user_id, are not read:
     -- the rows go to the importing user). A misspelt key would otherwise be ignored and its value lost: the
     -- memory stored without its metadata, the turn without its session.
@@ -212,6 +217,26 @@ BEGIN
             RAISE EXCEPTION 'row %: unknown key % in a % row', v_i, to_json(v_k)::text, v_row ->> 'kind'
                 USING ERRCODE = 'PGM08', HINT = 'A ' || (v_row ->> 'kind') || ' row has the keys ' || array_to_string(v_keys, ', ')
                                                 || ' (those pgmem.export_user writes).';
+        END IF;
+        IF v_row ->> 'kind' = 'memory' THEN  -- as pgmem.add takes them: at most 1000 extra vectors, each an object
+            IF jsonb_typeof(v_row -> 'vectors') NOT IN ('array', 'null') OR jsonb_typeof(v_row -> 'sources') NOT IN ('array', 'null') THEN
+                RAISE EXCEPTION 'row %: vectors and sources must be arrays', v_i USING ERRCODE = 'PGM08';
+            END IF;
+            IF jsonb_typeof(v_row -> 'vectors') = 'array' AND jsonb_array_length(v_row -> 'vectors') > 1000 THEN
+                RAISE EXCEPTION 'row %: a memory holds at most 1000 extra vectors', v_i USING ERRCODE = 'PGM08';
+            END IF;
+            IF jsonb_typeof(v_row -> 'vectors') = 'array' AND EXISTS (SELECT 1 FROM jsonb_array_elements(v_row -> 'vectors') AS e(v)
+                       WHERE jsonb_typeof(e.v) <> 'object' OR coalesce(e.v ->> 'kind', '') NOT IN ('sentence', 'context')) THEN
+                RAISE EXCEPTION 'row %: an extra vector is an object of kind sentence or context', v_i USING ERRCODE = 'PGM08';
+            END IF;
+            -- pgmem.update adds 1 to the version: a version it could not add 1 to would make every later update fail.
+            IF (CASE jsonb_typeof(v_row -> 'version')
+                    WHEN 'number' THEN (v_row ->> 'version')::numeric NOT BETWEEN 1 AND 2147483646
+                                       OR (v_row ->> 'version')::numeric <> trunc((v_row ->> 'version')::numeric)
+                    WHEN 'null' THEN false ELSE jsonb_typeof(v_row -> 'version') IS NOT NULL END) THEN
+                RAISE EXCEPTION 'row %: version must be a whole number from 1 to 2147483646, got %', v_i, v_row -> 'version'
+                    USING ERRCODE = 'PGM08';
+            END IF;
         END IF;
     END LOOP;
     -- Turns first (they get new ids; sources are mapped to them), then memories in their export order. A turn

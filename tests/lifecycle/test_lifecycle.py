@@ -4,8 +4,10 @@ with a past created_at (imports may) under a space TTL, and by explicit expiries
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from uuid import UUID
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -323,6 +325,67 @@ def test_import_refuses_a_row_with_an_unknown_key_and_writes_nothing(alice, root
     assert alice.export() == []
     # A known key the import does not read (user_id: the rows go to the importing user) is accepted.
     assert alice.import_rows(rows)["memory"]["imported"] > 0
+
+
+def _memory_row(alice) -> dict:
+    alice.add("a fact to export")
+    return next(r for r in alice.export() if r["kind"] == "memory")
+
+
+def test_import_user_checks_the_rows_it_writes_whatever_the_arrays_shape(alice, root, admin):
+    """From the attack review of 0024: an array from index 0, or of two dimensions, passed the key check as
+    NULLs and was written all the same (misspelt keys lost); unnest reads every element."""
+    row = _memory_row(alice)
+    root.erase_user("alice")
+    bad = {k: v for k, v in row.items() if k != "metadata"} | {"metdata": {"lost": True}}
+    for literal in ("'[0:0]={%s}'::jsonb[]", "ARRAY[ARRAY[%s]]"):
+        elem = "'" + json.dumps(bad).replace("'", "''") + "'::jsonb"
+        arg = literal % (json.dumps(json.dumps(bad)) if literal.startswith("'[0") else elem)
+        with pytest.raises(psycopg.Error, match="one-dimensional array starting at index 1") as e:
+            run(admin, f"SELECT * FROM pgmem.import_user({arg})")
+        assert e.value.sqlstate == "PGM08"
+    assert alice.export() == []
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.update(vectors=[{"kind": "sentence", "embedding": r["embedding"]}] * 1001), "a memory holds at most 1000 extra vectors"),
+    (lambda r: r.update(vectors=[5]), "an extra vector is an object of kind sentence or context"),
+    (lambda r: r.update(vectors=[{"kind": "bogus", "embedding": r["embedding"]}]), "an extra vector is an object of kind sentence or context"),
+    (lambda r: r.update(vectors={"kind": "sentence"}), "vectors and sources must be arrays"),
+    (lambda r: r.update(sources=7), "vectors and sources must be arrays"),
+    (lambda r: r.update(version=2147483647), "version must be a whole number from 1 to 2147483646"),
+    (lambda r: r.update(version=0), "version must be a whole number"),
+    (lambda r: r.update(version=1.5), "version must be a whole number"),
+    (lambda r: r.update(version="3"), "version must be a whole number"),
+])
+def test_import_refuses_what_add_refuses_in_sql_and_in_python(alice, root, admin, change, message):
+    """An export row was a way around add's limits: 32,767 extra vectors a memory (a raw smallint error past
+    that), a version that made every later update fail (integer out of range)."""
+    row = _memory_row(alice)
+    root.erase_user("alice")
+    change(row)
+    with pytest.raises(ValidationError, match=f"^row 1: {message}"):
+        alice.import_rows([row])
+    with pytest.raises(psycopg.Error, match=f"row 1: {message}") as e:
+        run(admin, "SELECT * FROM pgmem.import_user(%s::jsonb[])", ([Jsonb(row)],))
+    assert e.value.sqlstate == "PGM08"
+    assert alice.export() == []
+
+
+def test_import_rows_reads_python_values_and_names_the_row_of_a_bad_one(alice, root):
+    """Rows built in Python: a datetime or UUID value is written as export_user writes it (ISO 8601, text);
+    a kind that is not text, or a NaN, is a ValidationError naming the row (were TypeError, and a JSON error
+    naming nothing)."""
+    row = _memory_row(alice)
+    root.erase_user("alice")
+    with pytest.raises(ValidationError, match="^row 1: expected an object of kind"):
+        alice.import_rows([{"kind": ["memory"]}])
+    with pytest.raises(ValidationError, match="^row 2: .*NaN"):
+        alice.import_rows([row, dict(row, metadata={"x": float("nan")})])
+    assert alice.export() == []
+    typed = dict(row, id=UUID(row["id"]), created_at=datetime.fromisoformat(row["created_at"]))
+    assert alice.import_rows([typed])["memory"] == {"imported": 1, "skipped": 0}
+    assert alice.get(row["id"]).created_at == datetime.fromisoformat(row["created_at"])
 
 
 def test_the_import_accepts_exactly_the_keys_the_export_writes(alice):
