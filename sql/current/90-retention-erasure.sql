@@ -180,6 +180,7 @@ DECLARE
     v_hist_skip bigint := 0;
     v_k text;
     v_i integer;
+    v_at bigint;
     v_keys text[];
 BEGIN
     -- Rows are read as p_rows[1..n] here and by unnest below: an array of more dimensions or another lower bound
@@ -218,6 +219,12 @@ BEGIN
                 USING ERRCODE = 'PGM08', HINT = 'A ' || (v_row ->> 'kind') || ' row has the keys ' || array_to_string(v_keys, ', ')
                                                 || ' (those pgmem.export_user writes).';
         END IF;
+        IF v_row ->> 'kind' = 'turn' AND NOT coalesce(jsonb_typeof(v_row -> 'turn_id') = 'number'
+                                                      AND (v_row ->> 'turn_id')::numeric = trunc((v_row ->> 'turn_id')::numeric)
+                                                      AND abs((v_row ->> 'turn_id')::numeric) < 9e18, false) THEN
+            RAISE EXCEPTION 'row %: a turn row''s turn_id must be a whole number, got %', v_i, coalesce(v_row -> 'turn_id', 'null')
+                USING ERRCODE = 'PGM08';
+        END IF;
         IF v_row ->> 'kind' = 'memory' THEN  -- as pgmem.add takes them: at most 1000 extra vectors, each an object
             IF jsonb_typeof(v_row -> 'vectors') NOT IN ('array', 'null') OR jsonb_typeof(v_row -> 'sources') NOT IN ('array', 'null') THEN
                 RAISE EXCEPTION 'row %: vectors and sources must be arrays', v_i USING ERRCODE = 'PGM08';
@@ -241,7 +248,11 @@ BEGIN
     END LOOP;
     -- Turns first (they get new ids; sources are mapped to them), then memories in their export order. A turn
     -- already present (same space, session, role, content and time) is not added again: its id is reused.
-    FOR v_row IN SELECT r FROM unnest(p_rows) r WHERE r ->> 'kind' = 'turn' ORDER BY (r ->> 'turn_id')::bigint LOOP
+    -- A value the tables refuse (a missing content, a bad time or uuid, a role or metadata of the wrong kind) is
+    -- PGM08 naming its row (v_at, 1-based), not the table's or the cast's own error: one block for all rows.
+    BEGIN
+    FOR v_row, v_at IN SELECT x.r, x.o FROM unnest(p_rows) WITH ORDINALITY AS x(r, o) WHERE x.r ->> 'kind' = 'turn'
+                       ORDER BY (x.r ->> 'turn_id')::numeric LOOP
         v_space := pgmem._checked_space(v_row ->> 'space', (v_row ->> 'embedding')::@vector@.vector, NULL);
         SELECT t.turn_id INTO v_new FROM pgmem.turns t
         WHERE t.user_id = v_user AND t.space_id = v_space.space_id AND t.session_id = v_row ->> 'session_id'
@@ -264,7 +275,8 @@ BEGIN
         v_map := v_map || jsonb_build_object(v_row ->> 'turn_id', v_new);
         v_turn_in := v_turn_in + 1;
     END LOOP;
-    FOR v_row IN SELECT r FROM unnest(p_rows) WITH ORDINALITY AS x(r, o) WHERE r ->> 'kind' = 'memory' ORDER BY o LOOP
+    FOR v_row, v_at IN SELECT x.r, x.o FROM unnest(p_rows) WITH ORDINALITY AS x(r, o) WHERE x.r ->> 'kind' = 'memory'
+                       ORDER BY x.o LOOP
         IF v_row -> 'embedding' IS NULL OR jsonb_typeof(v_row -> 'embedding') <> 'array' THEN
             RAISE EXCEPTION 'memory % has no embedding in the export', v_row ->> 'id'
                 USING ERRCODE = 'PGM08', HINT = 'Export with embeddings to import: `pgmem export` without --no-embeddings, or pgmem.export_user(true).';
@@ -275,7 +287,7 @@ BEGIN
         VALUES (v_user, (v_row ->> 'id')::uuid, v_space.space_id, v_row ->> 'agent_id', v_row ->> 'session_id', v_row ->> 'content',
                 (v_row ->> 'embedding')::@vector@.vector, coalesce(v_row -> 'metadata', '{}'), (v_row ->> 'created_at')::timestamptz,
                 (v_row ->> 'expires_at')::timestamptz, (v_row ->> 'valid_from')::timestamptz, (v_row ->> 'valid_to')::timestamptz,
-                (v_row ->> 'superseded_by')::uuid, coalesce((v_row ->> 'version')::integer, 1))
+                (v_row ->> 'superseded_by')::uuid, coalesce((v_row ->> 'version')::numeric::integer, 1))
         ON CONFLICT DO NOTHING
         RETURNING m.id INTO v_id;
         IF v_id IS NULL THEN
@@ -291,6 +303,9 @@ BEGIN
         FROM jsonb_array_elements(coalesce(v_row -> 'sources', '[]')) AS s(t)
         ON CONFLICT DO NOTHING;
     END LOOP;
+    EXCEPTION WHEN integrity_constraint_violation OR data_exception THEN
+        RAISE EXCEPTION 'row %: %', v_at, SQLERRM USING ERRCODE = 'PGM08', HINT = 'Rows are numbered from 1; nothing was imported.';
+    END;
     SELECT count(*) INTO v_hist_skip FROM unnest(p_rows) r WHERE r ->> 'kind' = 'history';
     FOR v_k IN SELECT DISTINCT r ->> 'kind' FROM unnest(p_rows) r WHERE coalesce(r ->> 'kind', '') NOT IN ('memory', 'turn', 'history') LOOP
         RAISE EXCEPTION 'unknown row kind %', quote_nullable(v_k) USING ERRCODE = 'PGM08';

@@ -372,6 +372,34 @@ def test_import_refuses_what_add_refuses_in_sql_and_in_python(alice, root, admin
     assert alice.export() == []
 
 
+@pytest.mark.parametrize("kind, change, message", [
+    ("memory", lambda r: r.pop("content"), "content"),
+    ("memory", lambda r: r.update(content=""), "memories_content_check"),
+    ("memory", lambda r: r.update(created_at="garbage"), "garbage"),
+    ("memory", lambda r: r.update(id="not-a-uuid"), "uuid"),
+    ("memory", lambda r: r.update(metadata=None), "metadata"),
+    ("memory", lambda r: r.update(sources=["abc"]), "abc"),
+    ("turn", lambda r: r.update(role="robot"), "role"),
+    ("turn", lambda r: r.pop("session_id"), "session_id"),
+    ("turn", lambda r: r.update(turn_id="abc"), "turn_id must be a whole number"),
+])
+def test_import_names_the_row_of_a_value_the_tables_refuse(alice, root, admin, kind, change, message):
+    """From the attack review: a missing or malformed field failed with the table's or the cast's own error
+    (23502, 23514, 22P02, 22007: DatabaseError or a message naming no row); now PGM08 naming the row, and
+    nothing is written."""
+    _populate(alice, "alice")
+    rows = alice.export()
+    root.erase_user("alice")
+    i = next(i for i, r in enumerate(rows) if r["kind"] == kind)
+    change(rows[i])
+    with pytest.raises(ValidationError, match=f"^row {i + 1}: .*{message}"):
+        alice.import_rows(rows)
+    with pytest.raises(psycopg.Error, match=f"row {i + 1}: .*{message}") as e:
+        run(admin, "SELECT * FROM pgmem.import_user(%s::jsonb[])", ([Jsonb(r) for r in rows],))
+    assert e.value.sqlstate == "PGM08"
+    assert alice.export() == []
+
+
 def test_import_rows_reads_python_values_and_names_the_row_of_a_bad_one(alice, root):
     """Rows built in Python: a datetime or UUID value is written as export_user writes it (ISO 8601, text);
     a kind that is not text, or a NaN, is a ValidationError naming the row (were TypeError, and a JSON error
