@@ -10,7 +10,6 @@ arrive as :mod:`pgmem.errors` classes.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Collection, Mapping, Sequence
@@ -1011,20 +1010,7 @@ class MemoryBase:
         out = []
         for i, r in enumerate(rows, 1):  # numbered from 1, as pgmem.import_user numbers them
             v.check_export_row(r, f"row {i}")
-
-            def plain(value: Any, where: str = f"row {i}") -> Any:  # what export_user writes for these types
-                if isinstance(value, datetime):
-                    return v.check_datetime(value, where).isoformat()
-                if isinstance(value, UUID):
-                    return str(value)
-                raise ValidationError(f"{where}: a value of type {type(value).__name__} is not JSON", field="rows")
-            try:
-                text = json.dumps(dict(r), allow_nan=False, default=plain)
-            except ValueError as exc:  # NaN or an infinity, which JSON cannot hold
-                if isinstance(exc, ValidationError):
-                    raise
-                raise ValidationError(f"row {i}: {exc} (NaN and infinities are not JSON)", field="rows") from None
-            out.append(Jsonb(text, dumps=lambda t: t))  # the checked text, as it is
+            out.append(Jsonb(v.export_row_json(r, f"row {i}"), dumps=lambda t: t))  # the checked text, as it is
         return _params("import_user", {"rows": out})
 
 

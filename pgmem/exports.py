@@ -64,9 +64,6 @@ def read_export(file: Path) -> list[dict]:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise ValidationError(f"{file} line {n} is not JSON: {exc.msg} at column {exc.colno}") from None
-                if not isinstance(row, dict) or row.get("kind") not in ("memory", "turn", "history"):
-                    raise ValidationError(f"{file} line {n} is not a row of a pgmem export (no kind memory, turn "
-                                          "or history)")
                 v.check_export_row(row, f"{file} line {n}")
                 rows.append(row)
     except UnicodeDecodeError as exc:

@@ -397,6 +397,25 @@ def check_export_row(row: Any, where: str) -> None:
                               field="rows")
 
 
+def export_row_json(row: Mapping[str, Any], where: str) -> str:
+    """``row`` as JSON text the way ``pgmem.export_user`` writes its values: a ``datetime`` as ISO 8601 (an aware
+    one only, :func:`check_datetime`), a ``UUID`` as text. ValidationError starting with ``where`` for a NaN or an
+    infinity (JSON holds neither) or a value of another type JSON cannot hold."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, datetime):
+            return check_datetime(value, where).isoformat()
+        if isinstance(value, UUID):
+            return str(value)
+        raise ValidationError(f"{where}: a value of type {type(value).__name__} is not JSON", field="rows")
+
+    try:
+        return json.dumps(dict(row), allow_nan=False, default=plain)
+    except ValidationError:
+        raise
+    except ValueError as exc:  # NaN or an infinity
+        raise ValidationError(f"{where}: {exc} (NaN and infinities are not JSON)", field="rows") from None
+
+
 def check_item(item: str | Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
     """One item of :meth:`Memory.add_many`, validated: a dict with every key of ``ITEM_KEYS`` (None when not
     given; ``metadata`` ``{}``; ``id`` a UUID). The embedding is checked later, against the space's dims.

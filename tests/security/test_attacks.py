@@ -71,6 +71,7 @@ API_CALLS = [
     ("SELECT * FROM pgmem.context('t3', 's', 'secret', %s)", [vec(1, 0, 0)]),
     ("SELECT * FROM pgmem.append_turn('t3', 's', 'user', 'hello')", []),
     ("SELECT * FROM pgmem.export_user()", []),
+    ("SELECT * FROM pgmem.import_user(ARRAY['{\"kind\": \"history\"}']::jsonb[])", []),
     ("SELECT pgmem.delete_all('t3', p_agent_id => 'nobody')", []),
     ("SELECT * FROM pgmem.create_space('t9', 'm', 9)", []),
     ("SELECT * FROM pgmem.set_retention('t3', '30 days')", []),
@@ -218,6 +219,33 @@ def test_sizes_and_filters_are_bounded_in_sql(bench):
         ok = json.dumps({"$or": [{"k": i} for i in range(50)]})
         assert error_of(conn, "SELECT * FROM pgmem.list('t3', p_filter => %s::jsonb)", [ok], act_as="alice") is None
     assert bench.admin.execute("SELECT count(*) FROM pgmem.memories").fetchone() == before
+
+
+def test_an_import_reaches_no_other_tenant_and_forges_no_history(bench):
+    """A bound login of alice imports rows that name bob everywhere an export row can: his user id, his memory
+    ids (the primary key is (user_id, id)), a history row of his, his memory as superseded_by. Everything
+    lands in alice's rows; bob's rows, his history and his view are as they were; history rows are not
+    replayed (the import writes its own ADD events)."""
+    admin = bench.admin
+    bob_id = bench.ids["bob"][0]
+    before = admin.execute("SELECT id, content, version FROM pgmem.memories WHERE user_id = 'bob' ORDER BY id").fetchall()
+    bob_hist = admin.execute("SELECT count(*) FROM pgmem.history WHERE user_id = 'bob'").fetchone()[0]
+    row = {"kind": "memory", "id": str(bob_id), "user_id": "bob", "space": "t3", "content": "imported by alice",
+           "embedding": [0.2, 0.4, 1.0], "created_at": "2026-01-02T00:00:00+00:00", "metadata": {},
+           "valid_from": "2026-01-02T00:00:00+00:00", "valid_to": "2026-01-03T00:00:00+00:00",
+           "superseded_by": str(bench.ids["bob"][1]), "version": 7}
+    forged = {"kind": "history", "event_id": 1, "user_id": "bob", "memory_id": str(bob_id), "event": "DELETE",
+              "old_content": "bob secret one", "created_at": "2026-01-02T00:00:00+00:00"}
+    role = bench.login("bound")
+    with bench.connect(role) as conn:
+        got = conn.execute("SELECT kind, imported, skipped FROM pgmem.import_user(%s::jsonb[])",
+                           [[json.dumps(row), json.dumps(forged)]]).fetchall()
+        assert ("memory", 1, 0) in got and ("history", 0, 1) in got
+        assert {r[0]["user_id"] for r in conn.execute("SELECT * FROM pgmem.export_user()").fetchall()} == {"alice"}
+    assert admin.execute("SELECT user_id FROM pgmem.memories WHERE content = 'imported by alice'").fetchall() == [("alice",)]
+    assert admin.execute("SELECT id, content, version FROM pgmem.memories WHERE user_id = 'bob' ORDER BY id"
+                         ).fetchall() == before
+    assert admin.execute("SELECT count(*) FROM pgmem.history WHERE user_id = 'bob'").fetchone()[0] == bob_hist
 
 
 def test_history_trusts_nothing_a_caller_sets(bench):
