@@ -1,11 +1,20 @@
-"""Applying pgmem's SQL migrations with yoyo-migrations.
+"""Installing and upgrading pgmem's schema.
 
-The migrations are plain SQL files under ``sql/`` (shipped inside the wheel as ``pgmem/sql``). A DBA can
-apply them without Python code of ours: ``yoyo apply --database postgresql+psycopg://... $(pgmem sql-path)``.
+Two paths give the same schema (``tests/schema`` compares their pg_dumps, owners and privileges included):
+
+- **A new install** (a database where no pgmem migration was applied and no schema ``pgmem`` exists) loads
+  ``sql/current/`` — the schema as it stands, one file per feature, the text a reader opens — in one
+  transaction, and records every migration as applied in yoyo's tables (procrastinate's ``schema.sql`` and
+  pgmq's ``pgmq.sql`` install the same way).
+- **An existing database** is upgraded by the migrations it has not applied yet: plain SQL files under ``sql/``
+  (shipped inside the wheel as ``pgmem/sql``), applied by yoyo-migrations. A DBA can apply them without Python
+  code of ours: ``yoyo apply --database postgresql+psycopg://... $(pgmem sql-path)`` (from empty too: the
+  migrations alone build the same schema).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .errors import PgmemError, SchemaError, from_psycopg
@@ -18,6 +27,101 @@ def sql_path() -> Path:
         if candidate.is_dir() and any(candidate.glob("*.sql")):
             return candidate
     raise SchemaError(f"pgmem's migration files are missing (looked in {here / 'sql'} and {here.parent / 'sql'})")
+
+
+def current_path() -> Path:
+    """Directory of the current schema source (``sql/current``), what a new install loads."""
+    return sql_path() / "current"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reading SQL text: statements, and the @vector@ placeholder of pgvector's schema
+# --------------------------------------------------------------------------------------------------------
+VECTOR_REF = re.compile(r"@vector@\.(?=[^\s'])")  # a use: @vector@.vector, OPERATOR(@vector@.<=>)
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
+
+
+def split_statements(sql: str) -> list[tuple[str, int, int]]:
+    """Split SQL text at top-level semicolons, honouring quotes, dollar quotes and comments.
+
+    Returns ``(start, end, line)`` for each statement: its character offsets in ``sql`` (``sql[start:end]``,
+    ending with the ``;``, with the comments and blank lines before it) and the 1-based line where that slice
+    starts; a trailing statement without ``;`` counts when it holds more than comments."""
+    out: list[tuple[int, int, int]] = []
+    i, n, start = 0, len(sql), 0
+    while i < n:
+        c = sql[i]
+        if c == "-" and sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif c == "/" and sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif c in "'\"":
+            j = i + 1
+            while j < n:
+                if sql[j] == c:
+                    if j + 1 < n and sql[j + 1] == c:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            i = j + 1
+        elif c == "$" and (m := _DOLLAR.match(sql, i)) and not (i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+            tag = m.group(0)
+            j = sql.find(tag, m.end())
+            i = n if j < 0 else j + len(tag)
+        elif c == ";":
+            out.append((start, i + 1, sql.count("\n", 0, start) + 1))
+            i += 1
+            start = i
+        else:
+            i += 1
+    rest = sql[start:]
+    if rest.strip() and any(not ln.strip().startswith("--") for ln in rest.splitlines() if ln.strip()):
+        out.append((start, n, sql.count("\n", 0, start) + 1))
+    return out
+
+
+def names_vector(text: str) -> bool:
+    """Whether a statement writes ``@vector@.`` for pgvector's schema (always followed by a dot:
+    ``@vector@.vector``, ``OPERATOR(@vector@.<=>)``); the bare word in comments is the placeholder's name."""
+    return bool(VECTOR_REF.search(text))
+
+
+def load_current(conn, current_dir: Path | None = None) -> None:
+    """Build the schema from the current source on ``conn`` (psycopg 3), in one transaction: every file of
+    ``current_dir`` (default :func:`current_path`) in name order, statement by statement, each that names
+    ``@vector@`` with pgvector's schema (quoted) in its place, as ``pgmem._define`` does in migrations.
+
+    Function bodies are not checked while loading (``check_function_bodies = off``, as pg_dump's output sets
+    it): a function may call one defined in a later file. The first file checks the prerequisites (pgvector,
+    the roles) before anything is created, and raises PGM00 with the DBA's command when one is missing.
+    Raises ``psycopg.Error`` as the failing statement raised it, with a note naming the file and line."""
+    import psycopg
+
+    current_dir = current_dir or current_path()
+    with conn.transaction():
+        conn.execute("SET LOCAL check_function_bodies = off")
+        schema = None
+        for path in sorted(current_dir.glob("*.sql")):
+            text = path.read_text(encoding="utf-8")
+            for start, end, line in split_statements(text):
+                stmt = text[start:end]
+                if names_vector(stmt):
+                    if schema is None:
+                        row = conn.execute("SELECT quote_ident(n.nspname) FROM pg_catalog.pg_extension e "
+                                           "JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
+                                           "WHERE e.extname = 'vector'").fetchone()
+                        if row is None:
+                            raise SchemaError(f"{path.name}:{line} names @vector@ but pgvector is not installed")
+                        schema = row[0]
+                    stmt = VECTOR_REF.sub(schema + ".", stmt)
+                try:
+                    conn.execute(stmt)
+                except psycopg.Error as exc:
+                    exc.add_note(f"while loading sql/current/{path.name}:{line}")
+                    raise
 
 
 def yoyo_url(dsn: str) -> str:
@@ -81,16 +185,34 @@ def is_current(dsn: str) -> bool:
     return ids <= done
 
 
-def migrate(dsn: str) -> list[str]:
-    """Apply every pending migration under yoyo's lock; returns the ids applied (empty when up to date).
+def _is_new(backend) -> bool:
+    """Whether the database of ``backend`` holds nothing of pgmem: no migration recorded, no schema pgmem."""
+    if backend.get_applied_migration_hashes():
+        return False
+    cursor = backend.execute("SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname = 'pgmem'")
+    return cursor.fetchone()[0] == 0
 
-    Raises :class:`SchemaError` with the DBA's command when pgvector is missing and cannot be created.
+
+def migrate(dsn: str) -> list[str]:
+    """Bring the database at ``dsn`` to the current schema under yoyo's lock; returns the ids of the migrations
+    applied or, on a new install, recorded as applied (empty when up to date).
+
+    A new install (:func:`_is_new`) loads ``sql/current`` (:func:`load_current`) and records every migration in
+    yoyo's tables, in one transaction; a database that has pgmem is upgraded by its pending migrations.
+    Raises :class:`SchemaError` with the DBA's command when pgvector or a role is missing and cannot be
+    created (nothing is left behind but yoyo's own bookkeeping tables).
     """
     def go():
         backend, migrations = _backend_and_migrations(dsn)
         with backend, backend.lock():
             todo = backend.to_apply(migrations)
-            backend.apply_migrations(todo)
+            if todo and len(todo) == len(migrations) and _is_new(backend):
+                with backend.transaction():
+                    load_current(backend.connection)
+                    for m in todo:
+                        backend.mark_one(m, log=True)
+            else:
+                backend.apply_migrations(todo)
             return [m.id for m in todo]
     applied = _run(go)
     if applied:

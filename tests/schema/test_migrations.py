@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tomllib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -24,7 +25,7 @@ from psycopg import sql
 from pgmem import migrations
 from pgmem.errors import SchemaError
 
-from conftest import SOCKET_DIR, dsn_for
+from conftest import dsn_for, socket_dir
 from schema_source import dump_schema as _dump
 
 
@@ -45,7 +46,7 @@ def migration_ids() -> list[str]:
 
 
 @pytest.fixture
-def new_db(admin: psycopg.Connection, login_role):
+def new_db(server_admin: psycopg.Connection, login_role):
     """new_db(owner=None) -> name: a fresh empty database (from template1, no pgvector), dropped after the
     test. Depends on login_role so that it is dropped before the roles that may own it."""
     made: list[str] = []
@@ -55,13 +56,13 @@ def new_db(admin: psycopg.Connection, login_role):
         stmt = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
         if owner:
             stmt += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
-        admin.execute(stmt)
+        server_admin.execute(stmt)
         made.append(name)
         return name
 
     yield make
     for name in made:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        server_admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def one(dsn: str, query: str, params: tuple = ()):
@@ -132,7 +133,7 @@ def test_plain_yoyo_command_line_gives_the_same_schema(new_db, tmp_path):
     """The DBA path: yoyo itself, no pgmem code, then pgmem sees nothing pending."""
     by_api, by_cli = dsn_for(new_db()), new_db()
     migrations.migrate(by_api)
-    url = f"postgresql+psycopg://postgres@/{by_cli}?host={SOCKET_DIR}"
+    url = f"postgresql+psycopg://postgres@/{by_cli}?host={socket_dir()}"
     proc = subprocess.run([*_yoyo_command(), "apply", "--batch", "--no-config-file", "--database", url, str(SQL_DIR)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -282,16 +283,71 @@ def _full_dump(dsn: str) -> str:
     return re.sub(r"^\\(un)?restrict .*$", "", proc.stdout, flags=re.M)
 
 
+class Levels:
+    """One database migrated one step at a time, a copy of it saved at every level (``level(n)``: the name of a
+    database at the first ``n`` migrations) and the pg_dump of each level, made once: the per-step rollback
+    test costs one migration run per migration, not N^2/2."""
+
+    def __init__(self, admin: psycopg.Connection) -> None:
+        self.admin = admin
+        self.ids = migration_ids()
+        self.names: dict[int, str] = {}
+        self.dumps: dict[int, str] = {}
+        self.copies: list[str] = []
+        self.work = f"pgmem_lvl_{uuid.uuid4().hex[:8]}"
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.work)))
+        self.done = 0
+
+    def level(self, n: int) -> str:
+        """A database at the first ``n`` migrations, migrated up to there on first use."""
+        from yoyo import get_backend, read_migrations
+
+        while self.done < n:
+            backend = get_backend(migrations.yoyo_url(dsn_for(self.work)))
+            everything = read_migrations(str(SQL_DIR))
+            step = [m for m in everything if m.id == self.ids[self.done]]
+            with backend, backend.lock():
+                backend.apply_migrations(backend.to_apply(type(everything)(step)))
+            self.done += 1
+            name = f"{self.work}_{self.done}"
+            self.admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(self.work)))
+            self.names[self.done] = name
+        return self.names[n]
+
+    def dump(self, n: int) -> str:
+        if n not in self.dumps:
+            self.dumps[n] = _full_dump(dsn_for(self.level(n)))
+        return self.dumps[n]
+
+    def copy(self, n: int) -> str:
+        """A throwaway copy of level ``n``."""
+        name = f"{self.work}_c{n}"
+        self.admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(self.level(n))))
+        self.copies.append(name)
+        return name
+
+    def close(self) -> None:
+        for name in [self.work, *self.names.values(), *self.copies]:
+            self.admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def levels(server_admin: psycopg.Connection) -> Iterator[Levels]:
+    made = Levels(server_admin)
+    yield made
+    made.close()
+
+
 @pytest.mark.parametrize("n", range(2, len(migration_ids()) + 1))
-def test_rolling_back_one_step_gives_the_previous_schema(new_db, n):
+def test_rolling_back_one_step_gives_the_previous_schema(levels, n):
     """For every migration N: migrating to N then rolling back one step equals migrating to N-1 (pg_dump with
     owners and privileges)."""
-    ids = migration_ids()
-    before, after = dsn_for(new_db()), dsn_for(new_db())
-    _apply_up_to(before, ids[n - 2])
-    _apply_up_to(after, ids[n - 1])
+    ids = levels.ids
+    after = dsn_for(levels.copy(n))
     assert migrations.rollback(after, 1) == [ids[n - 1]]
-    expected, got = _full_dump(before), _full_dump(after)
+    expected, got = levels.dump(n - 1), _full_dump(after)
     if ids[n - 1] == "0003.pgmem-lifecycle":
         # Released, so left as it is: 0003's rollback restores the view under 0003's comment, not 0002's.
         got = got.replace("'The current user''s live memories that hold now: SET pgmem.user_id",

@@ -22,19 +22,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def empty_db(admin: psycopg.Connection):
+def empty_db(server_admin: psycopg.Connection):
     """empty_db() -> dsn: a fresh empty database (from template1), dropped after the test."""
     made: list[str] = []
 
     def make() -> str:
         name = f"pgmem_src_{uuid.uuid4().hex[:10]}"
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        server_admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         made.append(name)
         return dsn_for(name)
 
     yield make
     for name in made:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        server_admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def built_from_current(dsn: str, current_dir: Path = src.CURRENT_DIR) -> str:

@@ -77,13 +77,13 @@ class Dataset:
 
 
 @pytest.fixture(scope="module")
-def search_db(postgresql_noproc) -> Iterator[str]:
+def search_db(template_db: str) -> Iterator[str]:
     """A database of this module's own, copied from the session's migrated template."""
     name = f"pgmem_search_{os.getpid()}"
     with psycopg.connect(dsn_for("postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(name), sql.Identifier(postgresql_noproc.template_dbname)))
+            sql.Identifier(name), sql.Identifier(template_db)))
     try:
         yield dsn_for(name)
     finally:

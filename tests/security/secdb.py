@@ -14,7 +14,7 @@ import psycopg
 import psycopg.sql
 from pgvector.psycopg import register_vector
 
-from conftest import SOCKET_DIR, dsn_for
+from conftest import dsn_for
 from pgmem import migrations
 
 OWNERS = ["superuser-owner", "plain-owner"]
@@ -61,27 +61,50 @@ def vec(*xs: float):
     return np.asarray(xs, dtype=np.float32)
 
 
-def make_bench(admin: psycopg.Connection, kind: str) -> Bench:
-    """Create and migrate a database whose schema owner is the superuser or an ordinary role, with space 't3'
-    (3 dimensions) and two memories each for alice and bob, written through the API by a gateway."""
-    dbname = f"pgmem_sec_{uuid.uuid4().hex[:10]}"
+@dataclass(frozen=True)
+class BenchTemplate:
+    """A database migrated once per session by a schema owner of one kind, with space 't3' (3 dimensions):
+    each test's bench is a copy of it (roles are per cluster; each test makes fresh logins of its own)."""
+    kind: str
+    dbname: str
+    owner: str
+
+
+def make_template(admin: psycopg.Connection, kind: str) -> BenchTemplate:
+    """Create and migrate the template of owner ``kind``: the superuser, or an ordinary role with CREATEROLE
+    set up as a DBA would (README, For DBAs: pgvector, and the roles' grants)."""
+    dbname = f"pgmem_sectmpl_{uuid.uuid4().hex[:10]}"
     owner = "postgres"
     if kind == "plain-owner":
         owner = f"owner_{uuid.uuid4().hex[:10]}"
         admin.execute(f'CREATE ROLE "{owner}" LOGIN CREATEROLE')
-        # What a DBA does once for a non-superuser owner (README, For DBAs): pgvector, and the roles' grants.
         admin.execute(f'CREATE DATABASE "{dbname}" OWNER "{owner}"')
         admin.execute(f'GRANT pgmem_agent, pgmem_gateway, pgmem_api TO "{owner}" WITH ADMIN OPTION')
     else:
         admin.execute(f'CREATE DATABASE "{dbname}"')
     with psycopg.connect(dsn_for(dbname), autocommit=True) as su:
         su.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    migrations.migrate(f"postgresql://{owner}@/{dbname}?host={SOCKET_DIR}")
+    migrations.migrate(dsn_for(dbname, user=owner))
+    with psycopg.connect(dsn_for(dbname, user=owner), autocommit=True) as own:
+        own.execute("SELECT pgmem.create_space('t3', 'hand-made-3d', 3)")
+    return BenchTemplate(kind, dbname, owner)
+
+
+def drop_template(template: BenchTemplate, admin: psycopg.Connection) -> None:
+    admin.execute(f'DROP DATABASE IF EXISTS "{template.dbname}" WITH (FORCE)')
+    if template.owner != "postgres":
+        admin.execute(psycopg.sql.SQL("DROP ROLE IF EXISTS {}").format(psycopg.sql.Identifier(template.owner)))
+
+
+def make_bench(admin: psycopg.Connection, template: BenchTemplate) -> Bench:
+    """A copy of ``template`` (its owner, its migrated schema, space 't3') with two memories each for alice and
+    bob, written through the API by a gateway."""
+    dbname = f"pgmem_sec_{uuid.uuid4().hex[:10]}"
+    admin.execute(psycopg.sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {}").format(
+        psycopg.sql.Identifier(dbname), psycopg.sql.Identifier(template.dbname), psycopg.sql.Identifier(template.owner)))
     db = psycopg.connect(dsn_for(dbname), autocommit=True)
     register_vector(db)
-    bench = Bench(dbname, db, owner)
-    with psycopg.connect(bench.dsn(owner), autocommit=True) as own:
-        own.execute("SELECT pgmem.create_space('t3', 'hand-made-3d', 3)")
+    bench = Bench(dbname, db, template.owner)
     gw = bench.login("gateway")
     with bench.connect(gw) as conn:
         for user, texts in {"alice": ["alice secret one", "alice secret two"],
@@ -94,7 +117,8 @@ def make_bench(admin: psycopg.Connection, kind: str) -> Bench:
 
 
 def drop_bench(bench: Bench, admin: psycopg.Connection) -> None:
+    """Drop the bench's database and the logins it made (the template's owner stays for the session)."""
     bench.admin.close()
     admin.execute(f'DROP DATABASE IF EXISTS "{bench.dbname}" WITH (FORCE)')
-    for role in bench.roles + ([bench.owner] if bench.owner != "postgres" else []):
+    for role in bench.roles:
         admin.execute(psycopg.sql.SQL("DROP ROLE IF EXISTS {}").format(psycopg.sql.Identifier(role)))

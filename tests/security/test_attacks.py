@@ -9,19 +9,29 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Iterator
 
 import psycopg
 import pytest
-from secdb import OWNERS, drop_bench, make_bench, vec
+from secdb import OWNERS, BenchTemplate, drop_bench, drop_template, make_bench, make_template, vec
 
 SPY = "SPY ran as"
 
 
+@pytest.fixture(scope="session")
+def bench_templates(server_admin) -> Iterator[dict[str, BenchTemplate]]:
+    """One migrated template per kind of schema owner, built once per session."""
+    made = {kind: make_template(server_admin, kind) for kind in OWNERS}
+    yield made
+    for template in made.values():
+        drop_template(template, server_admin)
+
+
 @pytest.fixture(params=OWNERS)
-def bench(request, admin):
-    b = make_bench(admin, request.param)
+def bench(request, server_admin, bench_templates):
+    b = make_bench(server_admin, bench_templates[request.param])
     yield b
-    drop_bench(b, admin)
+    drop_bench(b, server_admin)
 
 
 def spied(err: psycopg.Error | None, login: str) -> bool:
@@ -294,7 +304,7 @@ def test_bindings_follow_role_names_that_need_quoting(bench):
     """The identity lookup finds the session's role by its exact name (quoted, never case-folded or split
     at a dot): a bound login named like another, unbound one, differing only in case or quoting, keeps its
     binding, and the other gets none."""
-    from conftest import SOCKET_DIR
+    from conftest import socket_dir
 
     bound, other = f'Agent "Q" {uuid.uuid4().hex[:6]}.x', None
     other = bound.lower().replace('"', "")
@@ -305,13 +315,13 @@ def test_bindings_follow_role_names_that_need_quoting(bench):
         bench.roles.append(name)
     with psycopg.connect(bench.dsn(bench.owner), autocommit=True) as owner:
         owner.execute("SELECT pgmem.bind_role(%s, 'alice')", [bound])
-    with psycopg.connect(host=str(SOCKET_DIR), dbname=bench.dbname, user=bound, autocommit=True) as conn:
+    with psycopg.connect(host=socket_dir(), dbname=bench.dbname, user=bound, autocommit=True) as conn:
         assert conn.execute("SELECT pgmem.current_user_id()").fetchone() == ("alice",)
         assert conn.execute("SELECT pgmem.act_as('alice')").fetchone() == ("alice",)
         assert error_of(conn, "SELECT pgmem.act_as('bob')").sqlstate == "PGM01"
         assert sorted(r[0] for r in conn.execute("SELECT content FROM pgmem.list('t3')")) == \
             ["alice secret one", "alice secret two"]
-    with psycopg.connect(host=str(SOCKET_DIR), dbname=bench.dbname, user=other, autocommit=True) as conn:
+    with psycopg.connect(host=socket_dir(), dbname=bench.dbname, user=other, autocommit=True) as conn:
         assert conn.execute("SELECT pgmem.current_user_id()").fetchone() == (None,)
         assert error_of(conn, "SELECT * FROM pgmem.list('t3')").sqlstate == "PGM01"
 
