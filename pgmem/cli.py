@@ -601,34 +601,11 @@ def rollback(ctx: typer.Context, count: Annotated[int, typer.Option("--count", "
          lambda: typer.echo("rolled back: " + ", ".join(undone) if undone else "nothing to roll back"))
 
 
-# The rollbacks that drop stored data (the others replace functions, or drop caches that are rebuilt).
-_ROLLBACK_DROPS = {
-    "0002.pgmem-core": "the pgmem schema and every memory in it",
-    "0003.pgmem-lifecycle": "every turn, source link and superseded memory version",
-    "0010.pgmem-service": "the service's API keys, dashboard accounts and request log",
-}
-
-
 def _rollback_refusal(count: int) -> str:
-    """What ``pgmem rollback --count N`` would undo, told from the shipped migration files (no connection:
-    the refusal touches no database), for a database migrated by this version of pgmem."""
+    """What ``pgmem rollback --count N`` would undo (migrations.describe_rollback: no connection)."""
     from . import migrations
 
-    shipped = sorted(p.name[:-len(".sql")] for p in migrations.sql_path().glob("*.sql")
-                     if not p.name.endswith(".rollback.sql"))
-    undone = shipped[::-1][:count]
-    if count == 1:
-        what = f"rolling back 1 migration undoes the newest applied migration ({undone[0]}"
-    else:
-        names = ", ".join(undone) if len(undone) <= 4 else f"{', '.join(undone[:2])}, ..., {undone[-1]}"
-        what = f"rolling back {count} migrations undoes the {count} newest applied migrations ({names}"
-    what += " on a database migrated by this pgmem)"
-    drops = [f"{m} drops {_ROLLBACK_DROPS[m]}" for m in undone if m in _ROLLBACK_DROPS]
-    if drops:
-        return f"{what}: {'; '.join(drops)}"
-    first = next((i + 1 for i, m in enumerate(shipped[::-1]) if m in _ROLLBACK_DROPS), None)
-    return (f"{what}; it drops no stored memories, turns or keys" +
-            (f" (--count {first} or more does)" if first else ""))
+    return migrations.describe_rollback(count)
 
 
 @app.command("sql-path")

@@ -15,6 +15,7 @@ Two paths give the same schema (``tests/schema`` compares their pg_dumps, owners
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import PgmemError, SchemaError, from_psycopg
@@ -124,6 +125,86 @@ def load_current(conn, current_dir: Path | None = None) -> None:
                     raise
 
 
+# --------------------------------------------------------------------------------------------------------
+# Releases, and what each migration's rollback drops
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Release:
+    """A tagged release (``sql/releases.toml``): its version and the id of the last migration it ships."""
+
+    version: str
+    last_migration: str
+
+
+def migration_ids() -> list[str]:
+    """Ids of the shipped migrations in yoyo's order (file name), read from the files without yoyo."""
+    return sorted(p.name[:-len(".sql")] for p in sql_path().glob("*.sql") if not p.name.endswith(".rollback.sql"))
+
+
+def releases() -> list[Release]:
+    """The releases of ``sql/releases.toml``, oldest first."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    data = tomllib.loads((sql_path() / "releases.toml").read_text(encoding="utf-8"))
+    return [Release(r["version"], r["last_migration"]) for r in data.get("release", [])]
+
+
+def pending_release() -> str | None:
+    """The id of the migration after the last release's, the next release's pending one (regenerated until
+    that release is tagged), or None. At most one such migration ships."""
+    last = releases()[-1].last_migration
+    later = [i for i in migration_ids() if i > last]
+    return later[-1] if later else None
+
+
+def release_of(applied: list[str]) -> str | None:
+    """The newest release whose migrations are all in ``applied`` (ids), e.g. ``"0.1.0"``; None before the
+    first release's last migration."""
+    done = set(applied)
+    found = None
+    for r in releases():
+        if r.last_migration in done:
+            found = r.version
+    return found
+
+
+_DROPS = re.compile(r"^-- drops: (.+)$", re.M)
+
+
+def rollback_drops() -> dict[str, str]:
+    """``{migration id: what its rollback drops}`` for the rollbacks that drop stored data, read from the
+    ``-- drops:`` line of each ``.rollback.sql`` (the one place this is written; the others replace
+    functions, or drop caches that are rebuilt)."""
+    out = {}
+    for path in sorted(sql_path().glob("*.rollback.sql")):
+        m = _DROPS.search(path.read_text(encoding="utf-8"))
+        if m:
+            out[path.name[:-len(".rollback.sql")]] = m.group(1).strip()
+    return out
+
+
+def describe_rollback(count: int) -> str:
+    """What rolling back the ``count`` newest migrations undoes on a database migrated by this version of pgmem,
+    and what of it drops stored data (from the shipped files: no connection)."""
+    drops_by_id = rollback_drops()
+    shipped = migration_ids()
+    undone = shipped[::-1][:count]
+    if count == 1:
+        what = f"rolling back 1 migration undoes the newest applied migration ({undone[0]}"
+    else:
+        names = ", ".join(undone) if len(undone) <= 4 else f"{', '.join(undone[:2])}, ..., {undone[-1]}"
+        what = f"rolling back {count} migrations undoes the {count} newest applied migrations ({names}"
+    what += " on a database migrated by this pgmem)"
+    drops = [f"{m} drops {drops_by_id[m]}" for m in undone if m in drops_by_id]
+    if drops:
+        return f"{what}: {'; '.join(drops)}"
+    first = next((i + 1 for i, m in enumerate(shipped[::-1]) if m in drops_by_id), None)
+    return (f"{what}; it drops no stored memories, turns or keys" +
+            (f" (--count {first} or more does)" if first else ""))
+
+
 def yoyo_url(dsn: str) -> str:
     """A libpq URL as yoyo wants it: ``postgresql+psycopg://`` selects psycopg 3."""
     for prefix in ("postgresql://", "postgres://"):
@@ -176,7 +257,7 @@ def is_current(dsn: str) -> bool:
     cannot be told (no table yet, no permission): :func:`migrate` then decides, under yoyo's lock."""
     import psycopg
 
-    ids = {p.name[:-len(".sql")] for p in sql_path().glob("*.sql") if not p.name.endswith(".rollback.sql")}
+    ids = set(migration_ids())
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
             done = {row[0] for row in conn.execute("SELECT migration_id FROM public._yoyo_migration")}

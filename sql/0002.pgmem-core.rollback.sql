@@ -1,4 +1,5 @@
 -- Remove the pgmem schema and everything in it. The cluster-wide roles stay when other databases use them.
+-- drops: the pgmem schema and every memory in it
 DROP SCHEMA pgmem CASCADE;
 DO $pgmem$
 BEGIN

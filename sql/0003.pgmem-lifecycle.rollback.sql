@@ -1,4 +1,5 @@
 -- Undo 0003: back to the schema of 0002. What only 0003 knows is lost: turns, sources, retention settings,
+-- drops: every turn, source link and superseded memory version
 -- and superseded or invalidated memories (only the memories that hold stay, as in 0002).
 DO $pgmem$ BEGIN PERFORM '[1]'::vector; END $pgmem$;
 

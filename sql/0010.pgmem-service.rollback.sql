@@ -1,4 +1,5 @@
 -- Undo 0009: the service's functions and tables (API keys, dashboard accounts and sessions, request log) dropped; memories untouched.
+-- drops: the service's API keys, dashboard accounts and request log
 DROP FUNCTION pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text),
     pgmem.service_setup_state(), pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
     pgmem.service_session_create(bytea, bigint, interval), pgmem.service_session(bytea), pgmem.service_session_end(bytea),

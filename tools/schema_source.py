@@ -229,26 +229,132 @@ def current_definitions(current_dir: Path = CURRENT_DIR) -> dict[tuple[str, int]
     return found
 
 
-_SEARCH_PATH = re.compile(r"\bSET\s+search_path\s*(?:=|TO)\s*[\w\s,\"$]*?(?=\s+(?:SET|AS|LANGUAGE|SECURITY)\b|\s*$)", re.I)
-_DEFINER = re.compile(r"\bSECURITY\s+DEFINER\b", re.I)
+_ATTR_WORDS = ("LANGUAGE", "IMMUTABLE", "STABLE", "VOLATILE", "STRICT", "CALLED", "PARALLEL", "SECURITY", "SET",
+               "COST", "ROWS", "LEAKPROOF", "NOT", "EXTERNAL", "RETURNS NULL", "WINDOW", "SUPPORT")
+_ATTR_START = re.compile(r"(?i)\b(" + "|".join(w.replace(" ", r"\s+") for w in _ATTR_WORDS) + r")\b")
+
+
+@dataclass
+class Function:
+    """A CREATE FUNCTION statement taken apart: what :func:`parse_function` returns. ``args``: each input and
+    output argument as written (white space collapsed); ``settings``: ``(name, value)`` of its SET clauses,
+    ``search_path`` written ``pg_catalog, pgmem, pg_temp`` whichever way the text quoted it; ``extra``: any
+    other clause (COST, ROWS, LEAKPROOF ...), as written."""
+
+    name: str
+    args: list[str]
+    returns: str
+    language: str
+    volatility: str
+    strict: bool
+    parallel: str | None
+    definer: bool
+    settings: list[tuple[str, str]]
+    extra: list[str]
+    body: str
+
+
+def _clauses(text: str) -> list[str]:
+    """The attribute clauses of a function header (the text after RETURNS ...), split where a clause's first
+    word starts outside parentheses and quotes."""
+    cuts, depth, i = [], 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "'":
+            j = text.find("'", i + 1)
+            i = len(text) if j < 0 else j
+        elif depth == 0 and (m := _ATTR_START.match(text, i)) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            cuts.append(i)
+            i = m.end()
+            continue
+        i += 1
+    return [text[a:b].strip() for a, b in zip(cuts, cuts[1:] + [len(text)]) if text[a:b].strip()]
+
+
+def canonical_type_text(text: str) -> str:
+    """An argument or result as a person writes it, not as pg_dump does: ``timestamptz`` for ``timestamp with
+    time zone``, and a default without the cast pg_dump adds to its parameter's own type (``DEFAULT NULL``,
+    ``DEFAULT 'cosine'``). The meaning is the same (the database comparison checks it)."""
+    text = re.sub(r"(?i)\btimestamp with time zone\b", "timestamptz", " ".join(text.split()))
+    m = re.fullmatch(r"(?is)((?:(?:IN|OUT|INOUT|VARIADIC)\s+)?\w+\s+(.+?)\s+DEFAULT\s+(?:NULL|'(?:[^']|'')*'))::(.+)", text)
+    if m and m.group(3).strip() == m.group(2).strip():
+        return m.group(1)
+    return text
+
+
+def parse_function(text: str) -> Function:
+    """Take a CREATE [OR REPLACE] FUNCTION statement apart (unwrapped; with or without its final ``;``).
+    Raises ValueError for a clause it does not know."""
+    text = text.strip().rstrip(";").rstrip()
+    m = _CREATE_FN.match(text)
+    if not m:
+        raise ValueError(f"not a CREATE FUNCTION statement: {text[:80]}")
+    args, close = _args(text, m.end() - 1)
+    body_m = _BODY.search(text, close)
+    tag = re.search(r"\$\w*\$", text[body_m.start():]).group(0)
+    body_start = body_m.end()
+    body_end = text.index(tag, body_start)
+    header = text[close + 1:body_m.start()] + " " + text[body_end + len(tag):]
+    header = re.sub(r"--[^\n]*", " ", header)  # a comment between clauses (its quotes are not SQL's)
+    rm = re.match(r"(?is)^\s*RETURNS\s+", header)  # none with OUT arguments only
+    rest = header[rm.end():] if rm else header
+    first = _clauses(rest)
+    cut = rest.find(first[0]) if first else len(rest)
+    returns = " ".join(rest[:cut].split()) if rm else ""
+    f = Function(m.group(1), [canonical_type_text(a) for a in args], canonical_type_text(returns), "", "VOLATILE",
+                 False, None, False, [], [],
+                 text[body_start:body_end])
+    for clause in _clauses(rest[cut:]):
+        words = clause.split()
+        head = words[0].upper()
+        if head == "LANGUAGE":
+            f.language = words[1].lower()
+        elif head in ("IMMUTABLE", "STABLE", "VOLATILE"):
+            f.volatility = head
+        elif head == "STRICT" or clause.upper().startswith("RETURNS NULL"):
+            f.strict = True
+        elif head == "CALLED":
+            pass
+        elif head == "PARALLEL":
+            f.parallel = words[1].upper()
+        elif head == "SECURITY":
+            f.definer = words[1].upper() == "DEFINER"
+        elif head == "SET":
+            sm = re.match(r"(?is)^SET\s+(\"[^\"]+\"|[\w.]+)\s*(?:=|\bTO\b)\s*(.*)$", clause)
+            if not sm:
+                raise ValueError(f"{f.name}: cannot read the clause {clause!r}")
+            name, value = sm.group(1).strip('"'), " ".join(sm.group(2).split())
+            # A simple value is written bare: pg_dump quotes every one ('100', 'pg_catalog', 'pgmem', 'pg_temp').
+            value = ", ".join(v.strip()[1:-1] if re.fullmatch(r"'[\w.]+'", v.strip()) else v.strip()
+                              for v in value.split(","))
+            f.settings.append((name, value))
+        else:
+            f.extra.append(" ".join(words))
+    if not f.language:
+        raise ValueError(f"{f.name}: no LANGUAGE clause")
+    return f
 
 
 def normalise(text: str) -> str:
-    """A function's text for comparison: ``CREATE`` and ``CREATE OR REPLACE`` alike, ``@vector@.`` removed,
-    the header's ``SET search_path`` and ``SECURITY DEFINER`` clauses removed, white space collapsed, no
-    final semicolon.
+    """A function's meaning for comparison, whatever its layout: name, arguments, result, language,
+    volatility, STRICT, PARALLEL, other clauses and SET clauses other than search_path, then the body; white
+    space collapsed, ``@vector@.`` removed. ``CREATE`` and ``CREATE OR REPLACE`` alike.
 
-    Why those two clauses: migration 0007 pinned the search path of every earlier function and made the
-    API definer with ``ALTER FUNCTION`` (a loop, not text this module follows); the current source writes
-    the path in each definition and assigns SECURITY DEFINER in 99-privileges.sql. The database
-    comparison (a pg_dump of each build) checks both."""
-    text = text.strip().rstrip(";")
-    text = re.sub(r"(?i)^CREATE\s+(OR\s+REPLACE\s+)?FUNCTION", "CREATE FUNCTION", text)
-    text = text.replace("@vector@.", "")
-    body = _BODY.search(text)
-    head, rest = (text[:body.start()], text[body.start():]) if body else (text, "")
-    head = _DEFINER.sub(" ", _SEARCH_PATH.sub(" ", head))
-    return " ".join((head + " " + rest).split())
+    Not compared: the ``search_path`` and ``SECURITY DEFINER`` clauses. Migration 0007 pinned the search path of
+    every earlier function and made the API definer with ``ALTER FUNCTION`` (a loop, not text this module
+    follows); sql/current writes both in each definition. The database comparison (a pg_dump of each build)
+    checks both."""
+    f = parse_function(text.replace("@vector@.", ""))
+    settings = [f"SET {n} = {v}" for n, v in f.settings if n.lower() != "search_path"]
+    parts = [f"FUNCTION {f.name}({', '.join(f.args)})", f"RETURNS {f.returns}" if f.returns else "", f"LANGUAGE {f.language}", f.volatility,
+             "STRICT" if f.strict else "", f"PARALLEL {f.parallel}" if f.parallel else "", *f.extra, *settings,
+             "AS", f.body]
+    flat = " ".join(" ".join(p for p in parts if p).split())
+    return re.sub(r"\s+\)", ")", re.sub(r"\(\s+", "(", flat))
 
 
 def load_current(conn, current_dir: Path = CURRENT_DIR) -> None:

@@ -25,7 +25,7 @@ COMMENT ON COLUMN pgmem.role_bindings.role_name IS 'The role''s name when it was
 -- (pgmem._require_user sets it to the user it resolved), without reading role_bindings: a policy checked row
 -- by row on a shard would otherwise run that read as a nested distributed query per row.
 CREATE FUNCTION pgmem.current_user_id() RETURNS text
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -75,7 +75,7 @@ $$;
 COMMENT ON FUNCTION pgmem._require_user() IS 'Internal: the current pgmem user, or error PGM01 when none is set; sets pgmem.user_id to it for the rest of the transaction.';
 
 CREATE FUNCTION pgmem.act_as(p_user_id text) RETURNS text
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE

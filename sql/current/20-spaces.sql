@@ -34,7 +34,7 @@ COMMENT ON COLUMN pgmem.spaces.turn_ttl IS
     'Time-to-live of a conversation turn in this space, counted from its created_at (default 7 days). A turn''s own expires_at overrides it.';
 
 CREATE FUNCTION pgmem.space(p_name text) RETURNS pgmem.spaces
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -51,12 +51,10 @@ $$;
 COMMENT ON FUNCTION pgmem.space(text) IS 'The embedding space of that name (error PGM03 when missing).';
 
 -- Internal: the space, after checking a vector (and the caller's model, when given) against it.
-CREATE FUNCTION pgmem._checked_space(p_space text, p_embedding @vector@.vector, p_model text)
- RETURNS pgmem.spaces
- LANGUAGE plpgsql
- STABLE
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem._checked_space(p_space text, p_embedding @vector@.vector, p_model text) RETURNS pgmem.spaces
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_space pgmem.spaces := pgmem.space(p_space);
 BEGIN
@@ -75,17 +73,22 @@ BEGIN
     END IF;
     RETURN v_space;
 END
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem._checked_space(text, vector, text) IS 'Internal: look up a space and check an embedding''s dimensions, norm and model against it.';
 
 -- create_space and set_retention write pgmem._knn again (bodies of 0002 and 0003 otherwise unchanged).
-DO $pgmem$ BEGIN PERFORM pgmem._define($def$
-CREATE OR REPLACE FUNCTION pgmem.create_space(p_name text, p_model text, p_dims integer, p_distance text DEFAULT 'cosine'::text, p_hnsw_m integer DEFAULT 16, p_hnsw_ef_construction integer DEFAULT 64, p_text_config regconfig DEFAULT 'english'::regconfig)
- RETURNS pgmem.spaces
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
-AS $function$
+CREATE FUNCTION pgmem.create_space(
+    p_name text,
+    p_model text,
+    p_dims integer,
+    p_distance text DEFAULT 'cosine',
+    p_hnsw_m integer DEFAULT 16,
+    p_hnsw_ef_construction integer DEFAULT 64,
+    p_text_config regconfig DEFAULT 'english'
+) RETURNS pgmem.spaces
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_space pgmem.spaces;
     v_kind text;
@@ -141,13 +144,16 @@ BEGIN
     END IF;
     RETURN v_space;
 END
-$function$
-$def$); END $pgmem$;
+$$;
 COMMENT ON FUNCTION pgmem.create_space(text, text, integer, text, integer, integer, regconfig) IS
     'Register an embedding space (name, model, dims, cosine) and build its partial HNSW index: vector up to 2000 dims, halfvec (half precision) up to 4000, exact scan only above. p_text_config is the full-text configuration of its memories (default english: stemming, English stop words). Idempotent for identical arguments; a different model or dims for an existing name is error PGM09.';
 
-CREATE FUNCTION pgmem.set_retention(p_space text, p_memory_ttl interval, p_turn_ttl interval DEFAULT NULL) RETURNS pgmem.spaces
-LANGUAGE plpgsql VOLATILE
+CREATE FUNCTION pgmem.set_retention(
+    p_space text,
+    p_memory_ttl interval,
+    p_turn_ttl interval DEFAULT NULL
+) RETURNS pgmem.spaces
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -167,3 +173,81 @@ END
 $$;
 COMMENT ON FUNCTION pgmem.set_retention(text, interval, interval) IS
     'Schema owner only (a space''s TTL applies to every user of it): a space''s default time-to-live of memories (NULL: keep until deleted) and of turns (NULL: unchanged). Applies at once to every memory and turn without its own expires_at, counted from its created_at.';
+
+-- ---------------------------------------------------------------------------------------------------------
+-- Space administration: list_spaces for every pgmem role (agents and gateways read no table directly, so the
+-- command line's `pgmem space list`, and the list of known spaces an unknown --space prints, need it), and
+-- drop_space for the schema owner (a space created by a typing mistake needs a way out).
+-- ---------------------------------------------------------------------------------------------------------
+CREATE FUNCTION pgmem.list_spaces() RETURNS TABLE (
+    space_id integer,
+    name text,
+    model text,
+    dims integer,
+    distance text,
+    index_kind text,
+    hnsw_m integer,
+    hnsw_ef_construction integer,
+    text_config text,
+    memory_ttl interval,
+    turn_ttl interval,
+    created_at timestamptz
+)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+    SELECT s.space_id, s.name, s.model, s.dims, s.distance, s.index_kind, s.hnsw_m, s.hnsw_ef_construction,
+           s.text_config::text, s.memory_ttl, s.turn_ttl, s.created_at
+    FROM pgmem.spaces s ORDER BY s.name
+$$;
+COMMENT ON FUNCTION pgmem.list_spaces() IS
+    'Every embedding space, by name: model, dims, distance, index kind and HNSW parameters, full-text configuration, retention (memory and turn TTL), creation time. Configuration only: no counts of any user''s rows. Any pgmem role may call it.';
+
+
+
+-- Dropping a space removes every user's rows of it: the schema owner (or a superuser) only, and only a role
+-- that sees every user's rows (superuser or BYPASSRLS; RLS is forced on the tables, for the owner too).
+-- No tombstones are kept: the history of the space's memories goes with them, as with a dropped table.
+CREATE FUNCTION pgmem.drop_space(p_name text) RETURNS TABLE (memories bigint, turns bigint, history bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_space pgmem.spaces;
+    v_users text[];
+    v_ids uuid[];
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgmem'
+                   AND pg_catalog.pg_has_role(current_user, n.nspowner, 'MEMBER'))
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = current_user AND r.rolsuper) THEN
+        RAISE EXCEPTION 'role "%" may not drop an embedding space: only the schema owner may', current_user
+            USING ERRCODE = 'PGM01', HINT = 'Connect as the role that ran the migrations.';
+    END IF;
+    PERFORM pgmem._require_maintainer('drop an embedding space');
+    -- Locks the space's row first: a concurrent create_space of the same name waits, then creates it anew.
+    SELECT * INTO v_space FROM pgmem.spaces s WHERE s.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM pgmem.space(p_name);  -- error PGM03, the message every caller knows
+    END IF;
+    SELECT coalesce(array_agg(m.user_id), '{}'), coalesce(array_agg(m.id), '{}') INTO v_users, v_ids
+    FROM pgmem.memories m WHERE m.space_id = v_space.space_id;
+    DELETE FROM pgmem.history h USING unnest(v_users, v_ids) AS g(user_id, id)
+    WHERE h.user_id = g.user_id AND h.memory_id = g.id;
+    GET DIAGNOSTICS history = ROW_COUNT;
+    DELETE FROM pgmem.memories m WHERE m.space_id = v_space.space_id;  -- extra vectors and sources cascade
+    memories := pg_catalog.cardinality(v_ids);
+    -- and the DELETE events the history trigger has just written for them
+    DELETE FROM pgmem.history h USING unnest(v_users, v_ids) AS g(user_id, id)
+    WHERE h.user_id = g.user_id AND h.memory_id = g.id;
+    DELETE FROM pgmem.turns t WHERE t.space_id = v_space.space_id;
+    GET DIAGNOSTICS turns = ROW_COUNT;
+    DELETE FROM pgmem.tenant_sizes t WHERE t.space_id = v_space.space_id;
+    DELETE FROM pgmem.key_locks l WHERE l.space_id = v_space.space_id;
+    EXECUTE format('DROP INDEX IF EXISTS pgmem.%I', 'memories_space_' || v_space.space_id || '_hnsw');
+    DELETE FROM pgmem.spaces s WHERE s.space_id = v_space.space_id;
+    PERFORM pgmem._build_knn();  -- the generated per-space statements forget it
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION pgmem.drop_space(text) IS
+    'Schema owner only (and only a role that sees every user''s rows: superuser or BYPASSRLS): drop an embedding space with every user''s memories, extra vectors, sources, turns and history in it, and its HNSW index, in one transaction. Returns the memories, turns and history events removed (no tombstones are kept). Error PGM03 when the space does not exist. Not undoable.';

@@ -38,7 +38,7 @@ COMMENT ON FUNCTION pgmem.count_occurrences(text, text) IS
 -- (bench/FINDINGS.md S9). No index or constraint uses it (that would need IMMUTABLE). No SET search_path
 -- either, which would also prevent inlining: its body names only pg_catalog's coalesce, timestamptz +
 -- interval and the type timestamptz, which pg_catalog, searched first, always provides.
-CREATE OR REPLACE FUNCTION pgmem._expiry(p_expires_at timestamptz, p_created_at timestamptz, p_ttl interval) RETURNS timestamptz
+CREATE FUNCTION pgmem._expiry(p_expires_at timestamptz, p_created_at timestamptz, p_ttl interval) RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT coalesce(p_expires_at, p_created_at + p_ttl, 'infinity'::pg_catalog.timestamptz) $$;
 COMMENT ON FUNCTION pgmem._expiry(timestamptz, timestamptz, interval) IS
@@ -200,7 +200,7 @@ COMMENT ON TYPE pgmem.memory IS 'A memory as the API returns it; similarity (cos
 -- on each side, so the time is readable in any time zone (UTC-12 to UTC+14). 'infinity' (never) is allowed
 -- where it means something: an expiry.
 CREATE FUNCTION pgmem._check_time(p_value timestamptz, p_field text, p_infinity_ok boolean DEFAULT false) RETURNS void
-LANGUAGE plpgsql STABLE  -- (its message shows the time in the session's TimeZone)
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 BEGIN
@@ -217,11 +217,10 @@ COMMENT ON FUNCTION pgmem._check_time(timestamptz, text, boolean) IS
 -- Checks every write, from the API or from plain SQL: dimension count of the space, no zero vector,
 -- identity columns fixed, a new embedding whenever content changes; times a client can read back
 -- (pgmem._check_time); keeps version and updated_at.
-CREATE FUNCTION pgmem._memories_before_write()
- RETURNS trigger
- LANGUAGE plpgsql
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem._memories_before_write() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_space pgmem.spaces;
 BEGIN
@@ -287,16 +286,15 @@ BEGIN
     END IF;
     RETURN NEW;
 END
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem._memories_before_write() IS 'Trigger: validates a memory row (sizes, dimensions, times a client can read back), keeps version, updated_at and the full-text vector.';
 
 -- pgmem.event (transaction-local, set by the API functions): UPDATE, EDIT, SUPERSEDE, INVALIDATE for updates;
 -- EXPIRE for the removal of an expired memory (a tombstone without content); ERASE writes nothing at all.
-CREATE OR REPLACE FUNCTION pgmem._memories_history()
- RETURNS trigger
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
-AS $function$
+CREATE FUNCTION pgmem._memories_history() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_trusted boolean := current_user = 'pgmem_api';
     v_actor text := CASE WHEN v_trusted THEN nullif(current_setting('pgmem.actor', true), '') END;
@@ -327,12 +325,12 @@ BEGIN
     END IF;
     RETURN NULL;
 END
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem._memories_history() IS
     'Trigger: appends the history event of every write to memories (ADD; UPDATE, EDIT, SUPERSEDE, INVALIDATE; DELETE, or EXPIRE for a row already expired). The event is read off the row; the actor is trusted only from the API functions (running as pgmem_api). Runs as the writer.';
 
 CREATE FUNCTION pgmem._history_append_only() RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 BEGIN
@@ -341,11 +339,10 @@ END
 $$;
 COMMENT ON FUNCTION pgmem._history_append_only() IS 'Trigger: refuses any UPDATE of history rows.';
 
-CREATE FUNCTION pgmem._memory_vectors_before_insert()
- RETURNS trigger
- LANGUAGE plpgsql
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem._memory_vectors_before_insert() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_dims integer;
 BEGIN
@@ -360,11 +357,15 @@ BEGIN
     END IF;
     RETURN NEW;
 END
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem._memory_vectors_before_insert() IS 'Trigger: an extra vector has its memory''s dimensions and a cosine similarity.';
 
-CREATE FUNCTION pgmem._to_memory(m pgmem.memories, p_space text, p_similarity double precision, p_ttl interval)
-RETURNS pgmem.memory
+CREATE FUNCTION pgmem._to_memory(
+    m pgmem.memories,
+    p_space text,
+    p_similarity double precision,
+    p_ttl interval
+) RETURNS pgmem.memory
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$

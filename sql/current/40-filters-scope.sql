@@ -10,12 +10,16 @@
 CREATE TYPE pgmem.compiled_filter AS (sql text, keys text[], vals jsonb[]);
 COMMENT ON TYPE pgmem.compiled_filter IS 'Internal: a metadata filter compiled to SQL text plus its key and value parameters.';
 
-CREATE FUNCTION pgmem._compile_filter(p_filter jsonb, p_keys_param integer, p_vals_param integer, p_acc pgmem.compiled_filter DEFAULT ROW('true'::text, '{}'::text[], '{}'::jsonb[])::pgmem.compiled_filter, p_depth integer DEFAULT 0)
- RETURNS pgmem.compiled_filter
- LANGUAGE plpgsql
- IMMUTABLE
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem._compile_filter(
+    p_filter jsonb,
+    p_keys_param integer,
+    p_vals_param integer,
+    p_acc pgmem.compiled_filter DEFAULT ROW('true'::text, '{}'::text[], '{}'::jsonb[])::pgmem.compiled_filter,
+    p_depth integer DEFAULT 0
+) RETURNS pgmem.compiled_filter
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_out pgmem.compiled_filter := ROW(NULL, coalesce(p_acc.keys, '{}'), coalesce(p_acc.vals, '{}'));
     v_parts text[] := '{}';
@@ -124,7 +128,7 @@ BEGIN
     v_out.sql := array_to_string(v_parts, ' AND ');
     RETURN v_out;
 END
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem._compile_filter(jsonb, integer, integer, pgmem.compiled_filter, integer) IS
     'Internal: compile a metadata filter ({"key": value}, {"key": {"op": value}}, $and/$or/$not) to SQL over m.metadata; keys and values stay in parameters $keys_param (text[]) and $vals_param (jsonb[]).';
 
@@ -149,8 +153,13 @@ COMMENT ON FUNCTION pgmem._scope_sql(integer, jsonb) IS 'Internal: pgmem._scope_
 -- in the text. The space's TTL and the as-of time are written in as literals (%L): they select the plan.
 -- ---------------------------------------------------------------------------------------------------------
 -- Internal: the WHERE clause shared by list, search, search_hybrid and delete_all, with the slots above.
-CREATE FUNCTION pgmem._scope_sql(p_space_id integer, p_filter jsonb, p_as_of timestamptz,
-                                 OUT o_sql text, OUT o_filter pgmem.compiled_filter)
+CREATE FUNCTION pgmem._scope_sql(
+    p_space_id integer,
+    p_filter jsonb,
+    p_as_of timestamptz,
+    OUT o_sql text,
+    OUT o_filter pgmem.compiled_filter
+)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$

@@ -2,8 +2,7 @@
 -- facts), update, edit (literal replace), supersede, invalidate, delete and delete_all. Every write locks
 -- the current row first (_lock_current) and sets pgmem.actor for the history trigger.
 
-CREATE FUNCTION pgmem._store_vectors(p_user text, p_memory_id uuid, p_kinds text[], p_embeddings vector[])
-RETURNS void
+CREATE FUNCTION pgmem._store_vectors(p_user text, p_memory_id uuid, p_kinds text[], p_embeddings vector[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -30,8 +29,12 @@ COMMENT ON FUNCTION pgmem._store_vectors(text, uuid, text[], vector[]) IS 'Inter
 -- The extra vectors of a batch of n memories (add_batch, put_keyed), checked before any write: the three arrays
 -- of one length, item numbers from 0 to n - 1, and as pgmem.add (_store_vectors) at most 1000 a memory, of
 -- kinds sentence or context, none NULL.
-CREATE FUNCTION pgmem._check_batch_vectors(p_n integer, p_items integer[], p_kinds text[], p_vectors @vector@.vector[])
-RETURNS void
+CREATE FUNCTION pgmem._check_batch_vectors(
+    p_n integer,
+    p_items integer[],
+    p_kinds text[],
+    p_vectors @vector@.vector[]
+) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -94,12 +97,18 @@ $$;
 COMMENT ON FUNCTION pgmem._check_expiry(timestamptz) IS 'Internal: an explicit expiry must lie in the future.';
 
 CREATE FUNCTION pgmem.add(
-    p_space text, p_content text, p_embedding vector,
-    p_agent_id text DEFAULT NULL, p_session_id text DEFAULT NULL, p_metadata jsonb DEFAULT '{}',
-    p_expires_at timestamptz DEFAULT NULL, p_model text DEFAULT NULL,
-    p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL
+    p_space text,
+    p_content text,
+    p_embedding vector,
+    p_agent_id text DEFAULT NULL,
+    p_session_id text DEFAULT NULL,
+    p_metadata jsonb DEFAULT '{}',
+    p_expires_at timestamptz DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL,
+    p_vectors vector[] DEFAULT NULL
 ) RETURNS TABLE (id uuid, created boolean)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -141,11 +150,25 @@ $$;
 COMMENT ON FUNCTION pgmem.add(text, text, vector, text, text, jsonb, timestamptz, text, text[], vector[]) IS
     'Add one memory for the current user, with optional extra vectors (kinds sentence, context). Identical content in the same space is not stored twice: the existing id comes back with created = false, also under concurrent writers.';
 
-CREATE FUNCTION pgmem.add_batch(p_space text, p_contents text[], p_embeddings @vector@.vector[], p_agent_ids text[] DEFAULT NULL::text[], p_session_ids text[] DEFAULT NULL::text[], p_metadata jsonb[] DEFAULT NULL::jsonb[], p_expires_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_model text DEFAULT NULL::text, p_created_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_vector_items integer[] DEFAULT NULL::integer[], p_vector_kinds text[] DEFAULT NULL::text[], p_vectors @vector@.vector[] DEFAULT NULL::@vector@.vector[], p_ids uuid[] DEFAULT NULL::uuid[], p_user_ids text[] DEFAULT NULL::text[])
- RETURNS TABLE(ordinal integer, id uuid, created boolean)
- LANGUAGE plpgsql
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem.add_batch(
+    p_space text,
+    p_contents text[],
+    p_embeddings @vector@.vector[],
+    p_agent_ids text[] DEFAULT NULL,
+    p_session_ids text[] DEFAULT NULL,
+    p_metadata jsonb[] DEFAULT NULL,
+    p_expires_at timestamptz[] DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_created_at timestamptz[] DEFAULT NULL,
+    p_vector_items integer[] DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL,
+    p_vectors @vector@.vector[] DEFAULT NULL,
+    p_ids uuid[] DEFAULT NULL,
+    p_user_ids text[] DEFAULT NULL
+) RETURNS TABLE(ordinal integer, id uuid, created boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_space pgmem.spaces := pgmem._checked_space(p_space, NULL, p_model);
     v_n integer := coalesce(cardinality(p_contents), 0);
@@ -298,7 +321,7 @@ BEGIN
     END IF;
     RETURN QUERY SELECT (r.o - 1)::integer, r.id, r.created FROM unnest(v_out_o, v_out_id, v_out_created) AS r(o, id, created) ORDER BY r.o;
 END
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem.add_batch(text, text[], vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], vector[], uuid[], text[]) IS
     'Add up to 10000 memories in one statement, all or nothing. Returns one row per item (ordinal from 0) with its id and whether it was created; duplicates, within the batch or of stored memories, return the existing id. p_created_at (for imports) sets when each memory was made; default now(). Extra vectors: p_vector_items (item number from 0), p_vector_kinds, p_vectors, stored for created items only. p_ids: client-generated ids (idempotency keys); an item whose id its user already stored, even if since deleted, is not written again and returns that id with created = false, so a retry never duplicates. p_user_ids: the user of each item (a gateway writing for many users in one statement; each user''s items are written acting as that user, as pgmem.act_as allows); default: all for the current user.';
 
@@ -328,11 +351,18 @@ $$;
 COMMENT ON FUNCTION pgmem._lock_current(text, uuid) IS 'Internal: lock one live memory that still holds (FOR UPDATE), else PGM03 / PGM04.';
 
 CREATE FUNCTION pgmem.update(
-    p_id uuid, p_content text DEFAULT NULL, p_embedding @vector@.vector DEFAULT NULL, p_metadata jsonb DEFAULT NULL,
-    p_replace_metadata boolean DEFAULT false, p_expected_version integer DEFAULT NULL,
-    p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors @vector@.vector[] DEFAULT NULL
+    p_id uuid,
+    p_content text DEFAULT NULL,
+    p_embedding @vector@.vector DEFAULT NULL,
+    p_metadata jsonb DEFAULT NULL,
+    p_replace_metadata boolean DEFAULT false,
+    p_expected_version integer DEFAULT NULL,
+    p_agent_id text DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL,
+    p_vectors @vector@.vector[] DEFAULT NULL
 ) RETURNS SETOF pgmem.memory
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -384,13 +414,20 @@ $$;
 COMMENT ON FUNCTION pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text, text[], vector[]) IS
     'Update a memory that still holds: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata; an update that changes nothing writes nothing (same version, no history). p_expected_version makes it optimistic (PGM04 on mismatch; also when the memory was superseded or invalidated). Returns the new row; PGM03 when not found or expired.';
 
-DO $pgmem$ BEGIN PERFORM pgmem._define($def$
-CREATE OR REPLACE FUNCTION pgmem.edit(p_id uuid, p_needle text, p_replacement text, p_embedding @vector@.vector, p_expected_version integer DEFAULT NULL::integer, p_agent_id text DEFAULT NULL::text, p_model text DEFAULT NULL::text, p_vector_kinds text[] DEFAULT NULL::text[], p_vectors @vector@.vector[] DEFAULT NULL::@vector@.vector[])
- RETURNS SETOF pgmem.memory
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
-AS $function$
+CREATE FUNCTION pgmem.edit(
+    p_id uuid,
+    p_needle text,
+    p_replacement text,
+    p_embedding @vector@.vector,
+    p_expected_version integer DEFAULT NULL,
+    p_agent_id text DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL,
+    p_vectors @vector@.vector[] DEFAULT NULL
+) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_user text := pgmem._require_user();
     v_row pgmem.memories;
@@ -435,18 +472,25 @@ BEGIN
     SET LOCAL pgmem.event = '';
     RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
-$function$
-$def$); END $pgmem$;
+$$;
 COMMENT ON FUNCTION pgmem.edit(uuid, text, text, vector, integer, text, text, text[], vector[]) IS
     'Replace the one occurrence of p_needle in a memory that still holds by p_replacement, both literal text (no %, _, \ or regex meaning; case-sensitive), with the new content''s embedding in the same statement. Errors: empty needle PGM08, absent PGM06, ambiguous (count, overlapping included) PGM05, superseded PGM04.';
 
-DO $pgmem$ BEGIN PERFORM pgmem._define($def$
-CREATE OR REPLACE FUNCTION pgmem.supersede(p_id uuid, p_content text, p_embedding @vector@.vector, p_metadata jsonb DEFAULT NULL::jsonb, p_valid_from timestamp with time zone DEFAULT NULL::timestamp with time zone, p_agent_id text DEFAULT NULL::text, p_expected_version integer DEFAULT NULL::integer, p_model text DEFAULT NULL::text, p_vector_kinds text[] DEFAULT NULL::text[], p_vectors @vector@.vector[] DEFAULT NULL::@vector@.vector[])
- RETURNS SETOF pgmem.memory
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
-AS $function$
+CREATE FUNCTION pgmem.supersede(
+    p_id uuid,
+    p_content text,
+    p_embedding @vector@.vector,
+    p_metadata jsonb DEFAULT NULL,
+    p_valid_from timestamptz DEFAULT NULL,
+    p_agent_id text DEFAULT NULL,
+    p_expected_version integer DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL,
+    p_vectors @vector@.vector[] DEFAULT NULL
+) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_user text := pgmem._require_user();
     v_old pgmem.memories := pgmem._lock_current(v_user, p_id);
@@ -501,17 +545,18 @@ BEGIN
     SELECT * INTO v_row FROM pgmem.memories m WHERE m.user_id = v_user AND m.id = v_new;
     RETURN NEXT pgmem._to_memory(v_row, v_space.name, NULL, v_space.memory_ttl);
 END
-$function$
-$def$); END $pgmem$;
+$$;
 COMMENT ON FUNCTION pgmem.supersede(uuid, text, vector, jsonb, timestamptz, text, integer, text, text[], vector[]) IS
     'Replace a fact without losing it: the memory p_id stops holding at p_valid_from (default now) and points to its successor, a new memory with p_content (metadata: the old merged with p_metadata; same session and expiry) holding from then on. Returns the successor. Search shows only what holds now unless asked as of a past time; pgmem.chain lists the whole line. Errors: PGM03 not found, PGM04 already superseded or version mismatch.';
 
-CREATE OR REPLACE FUNCTION pgmem.invalidate(p_id uuid, p_valid_to timestamp with time zone DEFAULT NULL::timestamp with time zone, p_agent_id text DEFAULT NULL::text)
- RETURNS SETOF pgmem.memory
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
-AS $function$
+CREATE FUNCTION pgmem.invalidate(
+    p_id uuid,
+    p_valid_to timestamptz DEFAULT NULL,
+    p_agent_id text DEFAULT NULL
+) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_user text := pgmem._require_user();
     v_row pgmem.memories := pgmem._lock_current(v_user, p_id);
@@ -532,12 +577,12 @@ BEGIN
     SET LOCAL pgmem.actor = '';
     RETURN NEXT (SELECT pgmem._to_memory(v_row, s.name, NULL, s.memory_ttl) FROM pgmem.spaces s WHERE s.space_id = v_row.space_id);
 END
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem.invalidate(uuid, timestamptz, text) IS
     'Mark a fact as no longer holding from p_valid_to (default now), without a successor and without deleting it. Returns the memory.';
 
 CREATE FUNCTION pgmem.delete(p_id uuid, p_agent_id text DEFAULT NULL) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -554,10 +599,14 @@ $$;
 COMMENT ON FUNCTION pgmem.delete(uuid, text) IS 'Delete one memory of the current user; true when it existed. History keeps a DELETE event with the old content.';
 
 CREATE FUNCTION pgmem.delete_all(
-    p_space text DEFAULT NULL, p_agent_id text DEFAULT NULL, p_session_id text DEFAULT NULL, p_filter jsonb DEFAULT NULL,
-    p_confirm boolean DEFAULT false, p_actor text DEFAULT NULL
+    p_space text DEFAULT NULL,
+    p_agent_id text DEFAULT NULL,
+    p_session_id text DEFAULT NULL,
+    p_filter jsonb DEFAULT NULL,
+    p_confirm boolean DEFAULT false,
+    p_actor text DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -647,12 +696,22 @@ CREATE POLICY key_locks_tenant ON pgmem.key_locks
 -- No unique index: pgmem.supersede writes the successor (with the old metadata) before the old memory stops
 -- holding, and add, add_batch and import_user may write the key too; a put of the key deletes such extras.
 CREATE FUNCTION pgmem.put_keyed(
-    p_space text, p_keys text[], p_contents text[], p_embeddings @vector@.vector[],
-    p_metadata jsonb[] DEFAULT NULL, p_session_ids text[] DEFAULT NULL, p_expires_at timestamptz[] DEFAULT NULL,
-    p_ttls interval[] DEFAULT NULL, p_alt_contents text[] DEFAULT NULL, p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL,
-    p_vector_items integer[] DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors @vector@.vector[] DEFAULT NULL
+    p_space text,
+    p_keys text[],
+    p_contents text[],
+    p_embeddings @vector@.vector[],
+    p_metadata jsonb[] DEFAULT NULL,
+    p_session_ids text[] DEFAULT NULL,
+    p_expires_at timestamptz[] DEFAULT NULL,
+    p_ttls interval[] DEFAULT NULL,
+    p_alt_contents text[] DEFAULT NULL,
+    p_agent_id text DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_vector_items integer[] DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL,
+    p_vectors @vector@.vector[] DEFAULT NULL
 ) RETURNS TABLE (ordinal integer, id uuid, created boolean)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -835,9 +894,12 @@ COMMENT ON FUNCTION pgmem.put_keyed(text, text[], text[], vector[], jsonb[], tex
     'Upsert up to 10000 memories of the current user by key (metadata "pgmem:key"), in order, all or nothing: a key''s live memory is updated in place (content, embedding, metadata replaced, session, own expiry (p_expires_at, or now() + p_ttls: from the write itself); id, created_at and history stay), else one is added; a NULL content deletes the key. Two concurrent calls of one user in one space wait for each other (one memory per key) on that tenant''s row of pgmem.key_locks, which no other login can lock. When another memory holds the content, p_alt_contents[i] is stored instead (unique_violation on memories_content_key when it is NULL or held too). Expired and extra memories of the key are removed. Extra vectors (p_vector_items from 0) replace the old ones when the content changes. Returns (ordinal from 0, id or NULL for a delete, created). Arrays are one-dimensional from index 1; at most 1000 extra vectors a memory; a ttl ends by 294276 AD.';
 
 -- Moves the own expiry of live memories: now() + ttl (NULL: the space's memory_ttl after created_at again).
-CREATE FUNCTION pgmem.set_expiry(p_ids uuid[], p_ttls interval[], p_agent_id text DEFAULT NULL)
-RETURNS TABLE (id uuid, expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE
+CREATE FUNCTION pgmem.set_expiry(
+    p_ids uuid[],
+    p_ttls interval[],
+    p_agent_id text DEFAULT NULL
+) RETURNS TABLE (id uuid, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE

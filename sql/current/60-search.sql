@@ -57,8 +57,13 @@ COMMENT ON TYPE pgmem.hybrid_hit IS
 -- The key of a search's scope in pgmem.tenant_sizes: '' for the whole space, else a SHA-256 of the scope's
 -- arguments (times as epoch seconds, so that the session's TimeZone does not change the key; jsonb prints a
 -- filter with its keys in one order).
-CREATE FUNCTION pgmem._scope_key(p_agent_id text, p_session_id text, p_created_after timestamptz,
-                                 p_created_before timestamptz, p_filter jsonb) RETURNS text
+CREATE FUNCTION pgmem._scope_key(
+    p_agent_id text,
+    p_session_id text,
+    p_created_after timestamptz,
+    p_created_before timestamptz,
+    p_filter jsonb
+) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -75,9 +80,17 @@ COMMENT ON FUNCTION pgmem._scope_key(text, text, timestamptz, timestamptz, jsonb
 -- now) the cached size serves while fresh; with filters it serves when the tenant is small (a subset is
 -- smaller still); otherwise the rows are counted, and a tenant's own count is stored for the next searches.
 CREATE FUNCTION pgmem._matching_rows(
-    p_user text, p_space pgmem.spaces, p_sql text, p_filter_params pgmem.compiled_filter, p_threshold integer,
-    p_agent_id text, p_session_id text, p_created_after timestamptz, p_created_before timestamptz,
-    p_filter jsonb, p_as_of timestamptz
+    p_user text,
+    p_space pgmem.spaces,
+    p_sql text,
+    p_filter_params pgmem.compiled_filter,
+    p_threshold integer,
+    p_agent_id text,
+    p_session_id text,
+    p_created_after timestamptz,
+    p_created_before timestamptz,
+    p_filter jsonb,
+    p_as_of timestamptz
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
@@ -134,50 +147,44 @@ COMMENT ON FUNCTION pgmem._matching_rows(text, pgmem.spaces, text, pgmem.compile
 
 -- The HNSW statement of a space over a scope (slots $1..$10, defined in 40-filters-scope.sql): the ids of
 -- the k nearest rows by the index, in no particular order.
-CREATE FUNCTION pgmem._knn_sql(p_space pgmem.spaces, p_scope text)
- RETURNS text
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem._knn_sql(p_space pgmem.spaces, p_scope text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
     -- The query is normalised first (cosine ignores length), so its halfvec copy neither overflows
     -- (components beyond +-65504) nor underflows to a zero vector.
     SELECT format('SELECT array_agg(h.id) FROM (SELECT m.id FROM pgmem.memories m WHERE %2$s'
                   ' ORDER BY (m.embedding::%1$s) OPERATOR(@vector@.<=>) (@vector@.l2_normalize($9)::%1$s) LIMIT $10) h',
                   CASE p_space.index_kind WHEN 'hnsw_halfvec' THEN '@vector@.halfvec' ELSE '@vector@.vector' END || '(' || p_space.dims || ')',
                   p_scope)
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem._knn_sql(pgmem.spaces, text) IS
     'Internal: the HNSW statement of a space over a scope (pgmem._scope_sql''s WHERE text, $1..$8; $9 query embedding, $10 k); returns the ids of the k nearest rows by the index (uuid[], unordered).';
 
 -- The exact statement of a space over a scope (slots $1..$12, defined in 40-filters-scope.sql): the k
 -- nearest rows as pgmem.memory, in exact order (cosine distance, then id).
-CREATE FUNCTION pgmem._exact_sql(p_space pgmem.spaces, p_scope text)
- RETURNS text
- LANGUAGE sql
- STABLE PARALLEL SAFE
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem._exact_sql(p_space pgmem.spaces, p_scope text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
     SELECT format('SELECT %2$s FROM pgmem.memories m WHERE %1$s'
                   ' AND ($12::float8 IS NULL OR 1 - (m.embedding OPERATOR(@vector@.<=>) $9) >= $12)'
                   ' ORDER BY m.embedding OPERATOR(@vector@.<=>) $9, m.id LIMIT $10', p_scope,
                   pgmem._memory_columns('$11', 'greatest(-1, least(1, 1 - (m.embedding OPERATOR(@vector@.<=>) $9)))', p_space.memory_ttl))
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem._exact_sql(pgmem.spaces, text) IS
     'Internal: the exact-scan statement of a space over a scope (pgmem._scope_sql''s WHERE text, $1..$8; $9 query embedding, $10 k, $11 space name, $12 min_similarity); returns pgmem.memory rows in exact order.';
 
 -- Over a scope (slots $1..$11, defined in 40-filters-scope.sql; $11 the cap): the number of matching rows (at most
 -- the cap) and the ids of the k nearest of them by exact cosine distance, then id (of the first cap rows only,
 -- so meaningful when fewer than the cap match).
-CREATE FUNCTION pgmem._exact_ids_sql(p_scope text)
- RETURNS text
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem._exact_ids_sql(p_scope text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
     SELECT format('SELECT count(*), coalesce((array_agg(c.id ORDER BY c.d, c.id))[1:$10], ''{}'')'
                   ' FROM (SELECT m.id, m.embedding OPERATOR(@vector@.<=>) $9 AS d FROM pgmem.memories m WHERE %s LIMIT $11) c', p_scope)
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem._exact_ids_sql(text) IS
     'Internal: one pass over the memories matching a scope (pgmem._scope_sql''s WHERE text, $1..$8), at most $11 of them: their number and the ids of the $10 nearest to $9 by exact cosine distance.';
 
@@ -187,13 +194,10 @@ COMMENT ON FUNCTION pgmem._exact_ids_sql(text) IS
 -- (a custom plan would be chosen each time: the generic plan's row estimate for a LIMIT under optional
 -- filters looks worse on paper, bench/FINDINGS.md S7). enable_sort = off: the generic plan must be the
 -- index scan, never a sort of the tenant's rows.
-DO $pgmem$ BEGIN PERFORM pgmem._define($def$
-CREATE OR REPLACE FUNCTION pgmem._build_knn()
- RETURNS void
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
-AS $function$
+CREATE FUNCTION pgmem._build_knn() RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_space pgmem.spaces;
     v_body text := '';
@@ -267,23 +271,31 @@ $f$, v_exact, v_plans);
     REVOKE EXECUTE ON FUNCTION pgmem._exact_ids(text, text, text, timestamptz, timestamptz, text[], jsonb[], text, @vector@.vector, integer, bigint, integer, interval) FROM PUBLIC;
     GRANT EXECUTE ON FUNCTION pgmem._exact_ids(text, text, text, timestamptz, timestamptz, text[], jsonb[], text, @vector@.vector, integer, bigint, integer, interval) TO pgmem_api;
 END
-$function$
-$def$); END $pgmem$;
+$$;
 COMMENT ON FUNCTION pgmem._build_knn() IS
     'Internal: (re)writes the generated statements of search from pgmem.spaces: pgmem._knn (HNSW route, migration 0004) and pgmem._exact_ids (exact route, migration 0006); called by create_space and set_retention, and by migrations 0004 and 0006.';
 
-DO $pgmem$ BEGIN PERFORM pgmem._define($def$
-CREATE OR REPLACE FUNCTION pgmem.search(p_space text, p_embedding @vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_min_similarity double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS SETOF pgmem.memory
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET "hnsw.ef_search" TO '100'
- SET "hnsw.iterative_scan" TO 'relaxed_order'
- SET "hnsw.max_scan_tuples" TO '20000'
- SET enable_sort TO 'on'
- SET plan_cache_mode TO 'force_generic_plan'
- SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
-AS $function$
+CREATE FUNCTION pgmem.search(
+    p_space text,
+    p_embedding @vector@.vector,
+    p_k integer DEFAULT 10,
+    p_agent_id text DEFAULT NULL,
+    p_session_id text DEFAULT NULL,
+    p_filter jsonb DEFAULT NULL,
+    p_min_similarity double precision DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL,
+    p_created_before timestamptz DEFAULT NULL,
+    p_as_of timestamptz DEFAULT NULL
+) RETURNS SETOF pgmem.memory
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET hnsw.ef_search = 100
+SET hnsw.iterative_scan = relaxed_order
+SET hnsw.max_scan_tuples = 20000
+SET enable_sort = on
+SET plan_cache_mode = force_generic_plan
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_user text := pgmem._require_user();
     v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
@@ -414,8 +426,7 @@ BEGIN
           (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text,
           p_embedding, p_k, v_space.name, p_min_similarity;
 END
-$function$
-$def$); END $pgmem$;
+$$;
 COMMENT ON FUNCTION pgmem.search(text, vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) IS
     'Nearest memories of the current user that hold now (or at p_as_of), by cosine similarity (1 - cosine distance, clamped to [-1, 1]), highest first, at most k (1..1000): min(k, matching rows) whatever the tenant''s size. Routes to an exact scan when at most pgmem.exact_search_max_rows (default 5000) rows match (for searches without a metadata filter or as-of: one generated statement, planned once per connection, that counts and finds the k nearest), else HNSW with iterative scan (ef_search max(pgmem.hnsw_ef_search, default 100, 2k); the index''s order re-sorted exactly), falling back to exact when the index returns fewer than k.';
 
@@ -425,8 +436,15 @@ COMMENT ON FUNCTION pgmem.search(text, vector, integer, text, text, jsonb, doubl
 -- plans it once per connection; otherwise it is pgmem._scope_sql's text, run as dynamic SQL (slots $1..$8,
 -- 40-filters-scope.sql; $11 the cap).
 CREATE FUNCTION pgmem._scope_ids(
-    p_user text, p_space pgmem.spaces, p_agent_id text, p_session_id text, p_created_after timestamptz,
-    p_created_before timestamptz, p_filter jsonb, p_as_of timestamptz, p_cap integer
+    p_user text,
+    p_space pgmem.spaces,
+    p_agent_id text,
+    p_session_id text,
+    p_created_after timestamptz,
+    p_created_before timestamptz,
+    p_filter jsonb,
+    p_as_of timestamptz,
+    p_cap integer
 ) RETURNS uuid[]
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_generic_plan
@@ -461,13 +479,23 @@ COMMENT ON FUNCTION pgmem._scope_ids(text, pgmem.spaces, text, text, timestamptz
 -- weights, Okapi BM25's k1 and b, the floor the fusion measures the vector score from (a percentile of the
 -- candidates' vector scores, shrunk towards 0 when the candidates are few), and the default weights of the fusion (a NULL argument takes its default; search_hybrid
 -- passes a vector weight of 0 when there is no query embedding, text mode).
-CREATE FUNCTION pgmem._hybrid_formula(p_text_weight double precision, p_vector_weight double precision,
-                                      p_speaker_weight double precision, p_session_weight double precision,
-                                      OUT next_wt double precision, OUT prev_wt double precision,
-                                      OUT far_wt double precision, OUT k1 double precision, OUT b double precision,
-                                      OUT vector_floor double precision, OUT vector_floor_n double precision,
-                                      OUT text_wt double precision, OUT vector_wt double precision,
-                                      OUT speaker_wt double precision, OUT session_wt double precision)
+CREATE FUNCTION pgmem._hybrid_formula(
+    p_text_weight double precision,
+    p_vector_weight double precision,
+    p_speaker_weight double precision,
+    p_session_weight double precision,
+    OUT next_wt double precision,
+    OUT prev_wt double precision,
+    OUT far_wt double precision,
+    OUT k1 double precision,
+    OUT b double precision,
+    OUT vector_floor double precision,
+    OUT vector_floor_n double precision,
+    OUT text_wt double precision,
+    OUT vector_wt double precision,
+    OUT speaker_wt double precision,
+    OUT session_wt double precision
+)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -490,18 +518,34 @@ COMMENT ON FUNCTION pgmem._hybrid_formula(double precision, double precision, do
 -- extra vectors (best sentence, context) of the candidates best by BM25 or nearest by own cosine, the speaker
 -- match (once per distinct speaker), the fusion and the session boost over those rows, with hash joins; (3) the
 -- k best read back. Every constant of the score is in pgmem._hybrid_formula (docs/recall.md).
-CREATE FUNCTION pgmem.search_hybrid(p_space text, p_query text, p_embedding @vector@.vector DEFAULT NULL::@vector@.vector, p_k integer DEFAULT 10, p_agent_id text DEFAULT NULL::text, p_session_id text DEFAULT NULL::text, p_filter jsonb DEFAULT NULL::jsonb, p_created_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_created_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_text_weight double precision DEFAULT NULL::double precision, p_vector_weight double precision DEFAULT NULL::double precision, p_speaker_weight double precision DEFAULT NULL::double precision, p_session_weight double precision DEFAULT NULL::double precision, p_model text DEFAULT NULL::text, p_as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, p_min_score double precision DEFAULT NULL::double precision)
- RETURNS SETOF pgmem.hybrid_hit
- LANGUAGE plpgsql
- SET "hnsw.ef_search" TO '40'
- SET "hnsw.iterative_scan" TO 'relaxed_order'
- SET "hnsw.max_scan_tuples" TO '20000'
- SET enable_sort TO 'on'
- SET enable_nestloop TO 'on'
- SET enable_indexscan TO 'on'
- SET plan_cache_mode TO 'force_generic_plan'
- SET search_path = pg_catalog, pgmem, pg_temp
-AS $function$
+CREATE FUNCTION pgmem.search_hybrid(
+    p_space text,
+    p_query text,
+    p_embedding @vector@.vector DEFAULT NULL,
+    p_k integer DEFAULT 10,
+    p_agent_id text DEFAULT NULL,
+    p_session_id text DEFAULT NULL,
+    p_filter jsonb DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL,
+    p_created_before timestamptz DEFAULT NULL,
+    p_text_weight double precision DEFAULT NULL,
+    p_vector_weight double precision DEFAULT NULL,
+    p_speaker_weight double precision DEFAULT NULL,
+    p_session_weight double precision DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_as_of timestamptz DEFAULT NULL,
+    p_min_score double precision DEFAULT NULL
+) RETURNS SETOF pgmem.hybrid_hit
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET hnsw.ef_search = 40
+SET hnsw.iterative_scan = relaxed_order
+SET hnsw.max_scan_tuples = 20000
+SET enable_sort = on
+SET enable_nestloop = on
+SET enable_indexscan = on
+SET plan_cache_mode = force_generic_plan
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_user text := pgmem._require_user();
     v_space pgmem.spaces := pgmem._checked_space(p_space, p_embedding, p_model);
@@ -769,6 +813,6 @@ BEGIN
     JOIN pgmem.memories m ON m.user_id = v_user AND m.id = h.id
     ORDER BY h.ord;
 END
-$function$;
+$$;
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
     'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile times n / (n + 20); read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW, by an exact scan when the index returns fewer than the pool: other tenants'' vectors never empty it). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';

@@ -15,7 +15,7 @@ COMMENT ON VIEW pgmem.memories_view IS
     'For people at psql: the current user''s memories that hold now (no embeddings), newest facts included. Runs as pgmem_api under row-level security; with no user set, no rows.';
 
 CREATE FUNCTION pgmem.get(p_id uuid) RETURNS SETOF pgmem.memory
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -34,7 +34,7 @@ COMMENT ON FUNCTION pgmem.get(uuid) IS
     'One memory of the current user by id, also when superseded (see valid_to, superseded_by): one row, or none when it does not exist, has expired or belongs to another user.';
 
 CREATE FUNCTION pgmem.chain(p_id uuid) RETURNS SETOF pgmem.memory
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -67,12 +67,19 @@ COMMENT ON FUNCTION pgmem.chain(uuid) IS
     'The supersede chain through memory p_id, oldest fact first: its predecessors, itself and its successors (expired ones left out). Each row''s valid_from, valid_to and superseded_by show the line.';
 
 CREATE FUNCTION pgmem.list(
-    p_space text, p_agent_id text DEFAULT NULL, p_session_id text DEFAULT NULL, p_filter jsonb DEFAULT NULL,
-    p_limit integer DEFAULT 50, p_after_created_at timestamptz DEFAULT NULL, p_after_id uuid DEFAULT NULL,
-    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL, p_contains text DEFAULT NULL,
+    p_space text,
+    p_agent_id text DEFAULT NULL,
+    p_session_id text DEFAULT NULL,
+    p_filter jsonb DEFAULT NULL,
+    p_limit integer DEFAULT 50,
+    p_after_created_at timestamptz DEFAULT NULL,
+    p_after_id uuid DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL,
+    p_created_before timestamptz DEFAULT NULL,
+    p_contains text DEFAULT NULL,
     p_as_of timestamptz DEFAULT NULL
 ) RETURNS SETOF pgmem.memory
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -102,10 +109,10 @@ $$;
 COMMENT ON FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) IS
     'The current user''s memories in a space that hold now (or at p_as_of), oldest first, with keyset pagination: pass the last row''s (created_at, id) as the cursor. Filters: agent, session, metadata, created_at range [after, before), literal content substring (p_contains: plain text, case-sensitive).';
 
-CREATE FUNCTION pgmem.stats(p_space text DEFAULT NULL) RETURNS TABLE (
-    space text, memories bigint, agents bigint, sessions bigint, oldest timestamptz, newest timestamptz
-)
-LANGUAGE plpgsql STABLE
+CREATE FUNCTION pgmem.stats(
+    p_space text DEFAULT NULL
+) RETURNS TABLE ( space text, memories bigint, agents bigint, sessions bigint, oldest timestamptz, newest timestamptz )
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -127,7 +134,7 @@ $$;
 COMMENT ON FUNCTION pgmem.stats(text) IS 'Per space: the current user''s live memories that hold now, distinct agents and sessions, oldest and newest created_at.';
 
 CREATE FUNCTION pgmem.session_tail(p_space text, p_session_id text, p_n integer DEFAULT 1) RETURNS SETOF pgmem.memory
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -162,7 +169,7 @@ COMMENT ON FUNCTION pgmem.session_tail(text, text, integer) IS
 -- fact does not block the same content from being added again. The caller's own rows only (user_id first,
 -- the row-level security policy besides); each hash found once, in no particular order.
 CREATE FUNCTION pgmem.known_hashes(p_space text, p_hashes bytea[]) RETURNS TABLE (content_hash bytea)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -181,11 +188,22 @@ $$;
 COMMENT ON FUNCTION pgmem.known_hashes(text, bytea[]) IS
     'Which of p_hashes (pgmem.content_hash of a content: SHA-256 of its UTF-8 bytes; at most 10000) are the content of a memory of the current user in p_space that holds now: the contents add and add_batch would not store again. Lets a client skip embedding them.';
 
-CREATE FUNCTION pgmem.history(p_id uuid) RETURNS TABLE (
-    event_id bigint, memory_id uuid, event text, old_content text, new_content text,
-    old_metadata jsonb, new_metadata jsonb, actor_agent_id text, actor_role name, created_at timestamptz, related_id uuid
+CREATE FUNCTION pgmem.history(
+    p_id uuid
+) RETURNS TABLE (
+    event_id bigint,
+    memory_id uuid,
+    event text,
+    old_content text,
+    new_content text,
+    old_metadata jsonb,
+    new_metadata jsonb,
+    actor_agent_id text,
+    actor_role name,
+    created_at timestamptz,
+    related_id uuid
 )
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -202,7 +220,7 @@ COMMENT ON FUNCTION pgmem.history(uuid) IS
 
 -- The live memory of each key (metadata "pgmem:key", written by pgmem.put_keyed), through the key index.
 CREATE FUNCTION pgmem.get_keyed(p_space text, p_keys text[]) RETURNS SETOF pgmem.memory
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -231,10 +249,15 @@ COMMENT ON FUNCTION pgmem.get_keyed(text, text[]) IS
 -- Distinct values of one metadata key holding a JSON array of labels (LangGraph's namespaces), filtered by
 -- label patterns, cut to a depth, sorted, paged: what LangGraph's list_namespaces asks for, in one statement.
 CREATE FUNCTION pgmem.metadata_values(
-    p_space text, p_key text, p_prefixes jsonb DEFAULT NULL, p_suffixes jsonb DEFAULT NULL,
-    p_max_depth integer DEFAULT NULL, p_limit integer DEFAULT 100, p_offset integer DEFAULT 0
+    p_space text,
+    p_key text,
+    p_prefixes jsonb DEFAULT NULL,
+    p_suffixes jsonb DEFAULT NULL,
+    p_max_depth integer DEFAULT NULL,
+    p_limit integer DEFAULT 100,
+    p_offset integer DEFAULT 0
 ) RETURNS TABLE (value jsonb)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE

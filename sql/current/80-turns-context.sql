@@ -68,11 +68,18 @@ CREATE TYPE pgmem.turn AS (
 COMMENT ON TYPE pgmem.turn IS 'A conversation turn as the API returns it; expires_at is the effective expiry (own, else created_at + the space''s turn_ttl).';
 
 CREATE FUNCTION pgmem.append_turn(
-    p_space text, p_session_id text, p_role text, p_content text,
-    p_agent_id text DEFAULT NULL, p_embedding vector DEFAULT NULL, p_metadata jsonb DEFAULT '{}',
-    p_expires_at timestamptz DEFAULT NULL, p_model text DEFAULT NULL, p_created_at timestamptz DEFAULT NULL
+    p_space text,
+    p_session_id text,
+    p_role text,
+    p_content text,
+    p_agent_id text DEFAULT NULL,
+    p_embedding vector DEFAULT NULL,
+    p_metadata jsonb DEFAULT '{}',
+    p_expires_at timestamptz DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_created_at timestamptz DEFAULT NULL
 ) RETURNS SETOF pgmem.turn
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -106,8 +113,13 @@ $$;
 COMMENT ON FUNCTION pgmem.append_turn(text, text, text, text, text, vector, jsonb, timestamptz, text, timestamptz) IS
     'Append one conversation turn (role user, assistant, system or tool) to a session of the current user; optional embedding in the space''s model; expires after the space''s turn_ttl unless p_expires_at is given. Returns the turn.';
 
-CREATE FUNCTION pgmem._turns(p_user text, p_space pgmem.spaces, p_session_id text, p_pending_only boolean, p_n integer)
-RETURNS SETOF pgmem.turn
+CREATE FUNCTION pgmem._turns(
+    p_user text,
+    p_space pgmem.spaces,
+    p_session_id text,
+    p_pending_only boolean,
+    p_n integer
+) RETURNS SETOF pgmem.turn
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -128,7 +140,7 @@ $$;
 COMMENT ON FUNCTION pgmem._turns(text, pgmem.spaces, text, boolean, integer) IS 'Internal: the last n live turns of a session (pending only: not yet consolidated), oldest first.';
 
 CREATE FUNCTION pgmem.recent_turns(p_space text, p_session_id text, p_n integer DEFAULT 20) RETURNS SETOF pgmem.turn
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -144,7 +156,7 @@ $$;
 COMMENT ON FUNCTION pgmem.recent_turns(text, text, integer) IS 'The last n (1..1000) live turns of one session of the current user, oldest first.';
 
 CREATE FUNCTION pgmem.pending_turns(p_space text, p_session_id text, p_n integer DEFAULT 1000) RETURNS SETOF pgmem.turn
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -160,11 +172,19 @@ $$;
 COMMENT ON FUNCTION pgmem.pending_turns(text, text, integer) IS 'The live turns of a session not yet consolidated (the last n, 1..10000), oldest first: the input of a consolidation.';
 
 CREATE FUNCTION pgmem.consolidate(
-    p_space text, p_session_id text, p_turn_ids bigint[], p_contents text[], p_embeddings vector[],
-    p_metadata jsonb[] DEFAULT NULL, p_agent_id text DEFAULT NULL, p_model text DEFAULT NULL,
-    p_vector_items integer[] DEFAULT NULL, p_vector_kinds text[] DEFAULT NULL, p_vectors vector[] DEFAULT NULL
+    p_space text,
+    p_session_id text,
+    p_turn_ids bigint[],
+    p_contents text[],
+    p_embeddings vector[],
+    p_metadata jsonb[] DEFAULT NULL,
+    p_agent_id text DEFAULT NULL,
+    p_model text DEFAULT NULL,
+    p_vector_items integer[] DEFAULT NULL,
+    p_vector_kinds text[] DEFAULT NULL,
+    p_vectors vector[] DEFAULT NULL
 ) RETURNS TABLE (ordinal integer, id uuid, created boolean)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -221,10 +241,10 @@ $$;
 COMMENT ON FUNCTION pgmem.consolidate(text, text, bigint[], text[], vector[], jsonb[], text, text, integer[], text[], vector[]) IS
     'Store the summary of some turns of a session as long-term memories (add_batch rules: deduplicated by content), link each to those turns (pgmem.sources) and mark the turns consolidated, all in one transaction. Idempotent: the same turns again return the memories made the first time (created = false); turns of which only some are consolidated are PGM04; unknown or expired turns PGM03.';
 
-CREATE FUNCTION pgmem.sources(p_id uuid) RETURNS TABLE (
-    turn_id bigint, session_id text, role text, content text, created_at timestamptz
-)
-LANGUAGE plpgsql STABLE
+CREATE FUNCTION pgmem.sources(
+    p_id uuid
+) RETURNS TABLE ( turn_id bigint, session_id text, role text, content text, created_at timestamptz )
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -251,14 +271,30 @@ COMMENT ON FUNCTION pgmem.token_count(text) IS
     'Estimated tokens of a text, offline: each run of ASCII letters and digits counts ceil(length / 4), each other non-space character 1; white space counts 0. The unit of context budgets.';
 
 CREATE FUNCTION pgmem.context(
-    p_space text, p_session_id text, p_query text, p_embedding vector DEFAULT NULL,
-    p_budget_tokens integer DEFAULT 2000, p_max_turns integer DEFAULT 20, p_turn_share double precision DEFAULT 0.5,
-    p_k integer DEFAULT 20, p_agent_id text DEFAULT NULL, p_filter jsonb DEFAULT NULL, p_model text DEFAULT NULL
+    p_space text,
+    p_session_id text,
+    p_query text,
+    p_embedding vector DEFAULT NULL,
+    p_budget_tokens integer DEFAULT 2000,
+    p_max_turns integer DEFAULT 20,
+    p_turn_share double precision DEFAULT 0.5,
+    p_k integer DEFAULT 20,
+    p_agent_id text DEFAULT NULL,
+    p_filter jsonb DEFAULT NULL,
+    p_model text DEFAULT NULL
 ) RETURNS TABLE (
-    "position" integer, source text, turn_id bigint, memory_id uuid, role text, content text, line text,
-    tokens integer, score double precision, created_at timestamptz
+    "position" integer,
+    source text,
+    turn_id bigint,
+    memory_id uuid,
+    role text,
+    content text,
+    line text,
+    tokens integer,
+    score double precision,
+    created_at timestamptz
 )
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -344,7 +380,7 @@ COMMENT ON FUNCTION pgmem.context(text, text, text, vector, integer, integer, do
     'What an agent puts in its prompt for a query: the most recent turns of the session (a contiguous tail, within p_turn_share of the budget, at most p_max_turns) and the most relevant long-term memories (pgmem.search_hybrid, k candidates) in the rest, each a labelled line ([memory YYYY-MM-DD] / [turn role YYYY-MM-DD HH:MI]). The sum of tokens (pgmem.token_count of each line) never exceeds p_budget_tokens; no memory repeats a turn shown or summarises only turns shown. Rows: memories by relevance, then turns oldest first.';
 
 CREATE FUNCTION pgmem.clear_session(p_space text, p_session_id text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE

@@ -124,7 +124,7 @@ COMMENT ON FUNCTION pgmem.erase_user(text) IS
     'Right to erasure: delete every row of one user from every pgmem table (memories, extra vectors, turns, sources, history, role bindings) in one transaction, writing no history; returns rows deleted per table. Other users are untouched. Superuser or BYPASSRLS only. Dead row versions stay on disk until VACUUM; backups keep them until rotated (docs/lifecycle.md).';
 
 CREATE FUNCTION pgmem.export_user(p_embeddings boolean DEFAULT true) RETURNS SETOF jsonb
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 DECLARE
@@ -160,13 +160,10 @@ $$;
 COMMENT ON FUNCTION pgmem.export_user(boolean) IS
     'Everything pgmem holds of the current user, one JSON object per row: kind memory (all of them: expired, superseded included; with embedding and extra vectors unless p_embeddings is false, and source turn ids), kind turn, kind history. pgmem.import_user reads it back.';
 
-DO $pgmem$ BEGIN PERFORM pgmem._define($def$
-CREATE OR REPLACE FUNCTION pgmem.import_user(p_rows jsonb[])
- RETURNS TABLE(kind text, imported bigint, skipped bigint)
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pgmem', 'pg_temp'
-AS $function$
+CREATE FUNCTION pgmem.import_user(p_rows jsonb[]) RETURNS TABLE(kind text, imported bigint, skipped bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
 DECLARE
     v_user text := pgmem._require_user();
     v_row jsonb;
@@ -314,7 +311,6 @@ BEGIN
     kind := 'turn'; imported := v_turn_in; skipped := v_turn_skip; RETURN NEXT;
     kind := 'history'; imported := 0; skipped := v_hist_skip; RETURN NEXT;
 END
-$function$
-$def$); END $pgmem$;
+$$;
 COMMENT ON FUNCTION pgmem.import_user(jsonb[]) IS
     'Read rows of pgmem.export_user back in for the current user, all or nothing: memories keep their ids, times, validity, metadata, embeddings, extra vectors and source links; turns get new ids (links follow them); a turn already present (same space, session, role, content, time) is skipped. History rows are not replayed (the import writes its own ADD events); they are counted as skipped. A memory whose id or current content already exists is skipped. A row with a key export_user does not write for its kind is refused (PGM08), naming the row (1-based) and the key.';

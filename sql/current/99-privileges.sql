@@ -21,76 +21,40 @@ GRANT USAGE ON SCHEMA pgmem TO pgmem_api;
 -- ---------------------------------------------------------------------------------------------------------
 -- Definer functions run as their owner. Owner-run ones stay with the schema owner:
 -- ---------------------------------------------------------------------------------------------------------
-ALTER FUNCTION pgmem.current_user_id() SECURITY DEFINER;
-ALTER FUNCTION pgmem.act_as(text) SECURITY DEFINER;
-ALTER FUNCTION pgmem.create_space(text, text, integer, text, integer, integer, regconfig) SECURITY DEFINER;
-ALTER FUNCTION pgmem.set_retention(text, interval, interval) SECURITY DEFINER;
-ALTER FUNCTION pgmem._build_knn() SECURITY DEFINER;
 
 -- The API is owned by pgmem_api (no superuser, no BYPASSRLS: row-level security still applies to it).
 -- pgmem_api may create in the schema only while it takes over its functions (ALTER ... OWNER TO needs it).
 GRANT CREATE ON SCHEMA pgmem TO pgmem_api;
-ALTER FUNCTION pgmem.space(text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.space(text) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.add(text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.add(text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.get(uuid) SECURITY DEFINER;
 ALTER FUNCTION pgmem.get(uuid) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.update(uuid, text, @vector@.vector, jsonb, boolean, integer, text, text, text[], @vector@.vector[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.update(uuid, text, @vector@.vector, jsonb, boolean, integer, text, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.edit(uuid, text, text, @vector@.vector, integer, text, text, text[], @vector@.vector[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.edit(uuid, text, text, @vector@.vector, integer, text, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.delete(uuid, text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.delete(uuid, text) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.delete_all(text, text, text, jsonb, boolean, text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.delete_all(text, text, text, jsonb, boolean, text) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.stats(text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.stats(text) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.session_tail(text, text, integer) SECURITY DEFINER;
 ALTER FUNCTION pgmem.session_tail(text, text, integer) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.known_hashes(text, bytea[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.known_hashes(text, bytea[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.supersede(uuid, text, @vector@.vector, jsonb, timestamptz, text, integer, text, text[], @vector@.vector[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.supersede(uuid, text, @vector@.vector, jsonb, timestamptz, text, integer, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.invalidate(uuid, timestamptz, text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.invalidate(uuid, timestamptz, text) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.chain(uuid) SECURITY DEFINER;
 ALTER FUNCTION pgmem.chain(uuid) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION pgmem.list(text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.search(text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION pgmem.search(text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) SECURITY DEFINER;
 ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.history(uuid) SECURITY DEFINER;
 ALTER FUNCTION pgmem.history(uuid) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION pgmem.append_turn(text, text, text, text, text, @vector@.vector, jsonb, timestamptz, text, timestamptz) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.recent_turns(text, text, integer) SECURITY DEFINER;
 ALTER FUNCTION pgmem.recent_turns(text, text, integer) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.put_keyed(text, text[], text[], @vector@.vector[], jsonb[], text[], timestamptz[], interval[], text[], text, text, integer[], text[], @vector@.vector[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.put_keyed(text, text[], text[], @vector@.vector[], jsonb[], text[], timestamptz[], interval[], text[], text, text, integer[], text[], @vector@.vector[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.set_expiry(uuid[], interval[], text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.set_expiry(uuid[], interval[], text) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.get_keyed(text, text[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.get_keyed(text, text[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.metadata_values(text, text, jsonb, jsonb, integer, integer, integer) SECURITY DEFINER;
 ALTER FUNCTION pgmem.metadata_values(text, text, jsonb, jsonb, integer, integer, integer) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.clear_session(text, text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.clear_session(text, text) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.pending_turns(text, text, integer) SECURITY DEFINER;
 ALTER FUNCTION pgmem.pending_turns(text, text, integer) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.consolidate(text, text, bigint[], text[], @vector@.vector[], jsonb[], text, text, integer[], text[], @vector@.vector[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.consolidate(text, text, bigint[], text[], @vector@.vector[], jsonb[], text, text, integer[], text[], @vector@.vector[]) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.sources(uuid) SECURITY DEFINER;
 ALTER FUNCTION pgmem.sources(uuid) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.context(text, text, text, @vector@.vector, integer, integer, double precision, integer, text, jsonb, text) SECURITY DEFINER;
 ALTER FUNCTION pgmem.context(text, text, text, @vector@.vector, integer, integer, double precision, integer, text, jsonb, text) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.export_user(boolean) SECURITY DEFINER;
 ALTER FUNCTION pgmem.export_user(boolean) OWNER TO pgmem_api;
-ALTER FUNCTION pgmem.import_user(jsonb[]) SECURITY DEFINER;
 ALTER FUNCTION pgmem.import_user(jsonb[]) OWNER TO pgmem_api;
 -- psql inspection: the view runs as its owner (pgmem_api, under RLS) and shows the caller's live memories,
 -- never an embedding; security_barrier (in its definition, 70-reads.sql) keeps a caller's functions from
@@ -107,7 +71,18 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgmem TO pgmem_api;
 REVOKE EXECUTE ON FUNCTION
     pgmem.bind_role(name, text), pgmem.unbind_role(name), pgmem.schedule_purge(text), pgmem._build_knn(),
     pgmem._define(text), pgmem._vector_schema(), pgmem.create_space(text, text, integer, text, integer, integer, regconfig),
-    pgmem.set_retention(text, interval, interval), pgmem.purge(integer), pgmem.erase_user(text)
+    pgmem.set_retention(text, interval, interval), pgmem.purge(integer), pgmem.erase_user(text),
+    pgmem.list_spaces(), pgmem.drop_space(text),
+    -- the HTTP service's functions are the gateway's, never the API's (85-service.sql)
+    pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text), pgmem.service_setup_state(),
+    pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
+    pgmem.service_session_create(bytea, bigint, interval), pgmem.service_session(bytea), pgmem.service_session_end(bytea),
+    pgmem.service_key_create(text, bytea, text, text, text, text, text[], text, text), pgmem.service_key_lookup(bytea),
+    pgmem.service_keys(), pgmem.service_key_revoke(bigint), pgmem.service_users(), pgmem.service_user_add(text),
+    pgmem.service_agents(), pgmem.service_export_mark(bigint, text), pgmem.service_export_recent(bigint, text, interval),
+    pgmem.service_user_forget(text),
+    pgmem.service_log(timestamptz[], text[], text[], integer[], real[], text[], text[], text[]),
+    pgmem.service_audit(integer, bigint, text, integer), pgmem.service_audit_purge(interval), pgmem.service_migrations()
 FROM pgmem_api;
 GRANT EXECUTE ON FUNCTION
     pgmem.space(text),
@@ -213,3 +188,43 @@ DO $pgmem$ BEGIN PERFORM pgmem._build_knn(); END $pgmem$;
 REVOKE EXECUTE ON FUNCTION pgmem.set_retention(text, interval, interval) FROM pgmem_gateway;
 ALTER FUNCTION pgmem.create_space(text, text, integer, text, integer, integer, regconfig) SET lock_timeout = '5s';
 ALTER FUNCTION pgmem.set_retention(text, interval, interval) SET lock_timeout = '5s';
+
+-- ---------------------------------------------------------------------------------------------------------
+-- Space administration (20-spaces.sql): list_spaces for every pgmem role, drop_space for the owner only.
+-- ---------------------------------------------------------------------------------------------------------
+REVOKE EXECUTE ON FUNCTION pgmem.list_spaces() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgmem.list_spaces() TO pgmem_agent, pgmem_gateway;
+REVOKE EXECUTE ON FUNCTION pgmem.drop_space(text) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------------------------------------
+-- The HTTP service's state (85-service.sql): its tables for nobody, its functions for pgmem_gateway only.
+-- ---------------------------------------------------------------------------------------------------------
+REVOKE ALL ON pgmem.service_setup FROM PUBLIC;
+REVOKE ALL ON pgmem.service_accounts FROM PUBLIC;
+REVOKE ALL ON pgmem.service_sessions FROM PUBLIC;
+REVOKE ALL ON pgmem.service_keys FROM PUBLIC;
+REVOKE ALL ON pgmem.service_users FROM PUBLIC;
+REVOKE ALL ON pgmem.service_exports FROM PUBLIC;
+REVOKE ALL ON pgmem.service_audit FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+    pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text), pgmem.service_setup_state(),
+    pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
+    pgmem.service_session_create(bytea, bigint, interval), pgmem.service_session(bytea), pgmem.service_session_end(bytea),
+    pgmem.service_key_create(text, bytea, text, text, text, text, text[], text, text), pgmem.service_key_lookup(bytea),
+    pgmem.service_keys(), pgmem.service_key_revoke(bigint), pgmem.service_users(), pgmem.service_user_add(text),
+    pgmem.service_agents(), pgmem.service_export_mark(bigint, text), pgmem.service_export_recent(bigint, text, interval),
+    pgmem.service_user_forget(text),
+    pgmem.service_log(timestamptz[], text[], text[], integer[], real[], text[], text[], text[]),
+    pgmem.service_audit(integer, bigint, text, integer), pgmem.service_audit_purge(interval), pgmem.service_migrations()
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text), pgmem.service_setup_state(),
+    pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
+    pgmem.service_session_create(bytea, bigint, interval), pgmem.service_session(bytea), pgmem.service_session_end(bytea),
+    pgmem.service_key_create(text, bytea, text, text, text, text, text[], text, text), pgmem.service_key_lookup(bytea),
+    pgmem.service_keys(), pgmem.service_key_revoke(bigint), pgmem.service_users(), pgmem.service_user_add(text),
+    pgmem.service_agents(), pgmem.service_export_mark(bigint, text), pgmem.service_export_recent(bigint, text, interval),
+    pgmem.service_user_forget(text),
+    pgmem.service_log(timestamptz[], text[], text[], integer[], real[], text[], text[], text[]),
+    pgmem.service_audit(integer, bigint, text, integer), pgmem.service_audit_purge(interval), pgmem.service_migrations()
+TO pgmem_gateway;

@@ -37,6 +37,17 @@ def empty_db(server_admin: psycopg.Connection):
         server_admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+@pytest.fixture(scope="session")
+def migrated(server_admin: psycopg.Connection):
+    """DSN of a database built by the migrations alone (yoyo from empty, as a DBA's ``yoyo apply`` does), once
+    per session: what sql/current is compared with (the session's template is loaded from sql/current)."""
+    name = f"pgmem_migrated_{uuid.uuid4().hex[:8]}"
+    server_admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    apply_migrations(dsn_for(name), src.SQL_DIR)
+    yield dsn_for(name)
+    server_admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 def built_from_current(dsn: str, current_dir: Path = src.CURRENT_DIR) -> str:
     with psycopg.connect(dsn) as conn:
         src.load_current(conn, current_dir)
@@ -134,23 +145,23 @@ def test_yoyo_reads_only_the_migrations():
 # ------------------------------------------------------------------------------------------------------------
 # With databases
 # ------------------------------------------------------------------------------------------------------------
-def test_database_built_from_sql_current_equals_the_migrated_one(dsn, empty_db):
-    """pg_dump of schema pgmem, owners and privileges included, of the session's migrated database and of
+def test_database_built_from_sql_current_equals_the_migrated_one(migrated, empty_db):
+    """pg_dump of schema pgmem, owners and privileges included, of a database built by the migrations and of
     one loaded from sql/current."""
     built = built_from_current(empty_db())
-    assert_same(src.dump_schema(dsn), src.dump_schema(built), "sql/current")
+    assert_same(src.dump_schema(migrated), src.dump_schema(built), "sql/current")
 
 
-def test_the_database_comparison_sees_a_changed_grant(dsn, empty_db, tmp_path):
+def test_the_database_comparison_sees_a_changed_grant(migrated, empty_db, tmp_path):
     sql_dir = copy_sources(tmp_path)
     edit(sql_dir / "current" / "99-privileges.sql", "GRANT SELECT ON pgmem.memories_view TO pgmem_agent;", "")
     built = built_from_current(empty_db(), sql_dir / "current")
-    expected, got = src.dump_schema(dsn), src.dump_schema(built)
+    expected, got = src.dump_schema(migrated), src.dump_schema(built)
     assert expected != got
     assert "GRANT SELECT ON TABLE pgmem.memories_view TO pgmem_agent;" in set(expected.splitlines()) - set(got.splitlines())
 
 
-def test_sqlgen_writes_a_migration_that_equals_sql_current_and_rolls_back(dsn, empty_db, tmp_path):
+def test_sqlgen_writes_a_migration_that_equals_sql_current_and_rolls_back(migrated, empty_db, tmp_path):
     """Change three functions in a copy of sql/current (an API definer function over pgvector, a helper of the
     generated statements, and one whose released text predates the pinned search path) and add an API
     function owned by pgmem_api, generate the
@@ -164,12 +175,11 @@ def test_sqlgen_writes_a_migration_that_equals_sql_current_and_rolls_back(dsn, e
          "        -- changed by the test\n        RAISE EXCEPTION 'a time-to-live must be positive'")
     with (cur / "20-spaces.sql").open("a", encoding="utf-8") as f:  # a new API function, as a later migration adds
         f.write("\n-- The spaces, by name.\nCREATE FUNCTION pgmem.test_spaces() RETURNS SETOF pgmem.spaces\n"
-                "LANGUAGE sql STABLE\nSET search_path = pg_catalog, pgmem, pg_temp\n"
+                "LANGUAGE sql STABLE SECURITY DEFINER\nSET search_path = pg_catalog, pgmem, pg_temp\n"
                 "AS $$ SELECT * FROM pgmem.spaces ORDER BY name $$;\n"
                 "COMMENT ON FUNCTION pgmem.test_spaces() IS 'Every embedding space, by name.';\n")
     edit(cur / "99-privileges.sql", "GRANT CREATE ON SCHEMA pgmem TO pgmem_api;\n",
-         "GRANT CREATE ON SCHEMA pgmem TO pgmem_api;\n"
-         "ALTER FUNCTION pgmem.test_spaces() SECURITY DEFINER;\nALTER FUNCTION pgmem.test_spaces() OWNER TO pgmem_api;\n")
+         "GRANT CREATE ON SCHEMA pgmem TO pgmem_api;\nALTER FUNCTION pgmem.test_spaces() OWNER TO pgmem_api;\n")
     with (cur / "99-privileges.sql").open("a", encoding="utf-8") as f:
         f.write("\nGRANT EXECUTE ON FUNCTION pgmem.test_spaces() TO pgmem_agent;\n")
     assert len(src.mismatches(sql_dir)) == 4
@@ -183,17 +193,59 @@ def test_sqlgen_writes_a_migration_that_equals_sql_current_and_rolls_back(dsn, e
     assert "pgmem._build_knn()" in forward  # _knn_sql feeds the generated statements
     assert src.mismatches(sql_dir) == []
 
-    migrated = empty_db()
-    apply_migrations(migrated, sql_dir)
-    new = src.dump_schema(migrated)
+    before = migrated
+    again = empty_db()
+    apply_migrations(again, sql_dir)
+    new = src.dump_schema(again)
     assert "changed by the test" in new and "Changed by the test." in new and "pgmem.test_spaces()" in new
     assert_same(src.dump_schema(built_from_current(empty_db(), cur)), new, "sql/current changed")
 
-    rollback_one(migrated, sql_dir)
-    assert_same(src.dump_schema(dsn), src.dump_schema(migrated), "the generated migration rolled back")
+    rollback_one(again, sql_dir)
+    assert_same(src.dump_schema(before), src.dump_schema(again), "the generated migration rolled back")
 
 
 def test_sqlgen_refuses_an_unknown_name(capsys):
     with pytest.raises(SystemExit):
         sqlgen.main(["--name", "x", "--stdout", "pgmem.no_such_function"])
     assert "pgmem.no_such_function is defined neither in sql/current nor in the migrations" in capsys.readouterr().err
+
+
+def test_sqlgen_pending_keeps_one_migration_per_release(migrated, empty_db, tmp_path):
+    """Between releases every change goes into the next release's one pending migration: generated from all
+    the functions that differ from the last release, regenerated after each change, its hand-written table
+    DDL (and the DDL's undoing) kept; it equals sql/current and rolls back to the release."""
+    sql_dir = copy_sources(tmp_path)
+    cur = sql_dir / "current"
+    with pytest.raises(SystemExit):  # nothing differs from the release yet
+        sqlgen.main(["--sql-dir", str(sql_dir), "--pending", "--version", "0.2.0"])
+    edit(cur / "60-search.sql", "    v_static boolean := p_as_of IS NULL", "    -- first change\n    v_static boolean := p_as_of IS NULL")
+    assert sqlgen.main(["--sql-dir", str(sql_dir), "--pending", "--version", "0.2.0"]) == 0
+    pending = [p for p in src.migration_files(sql_dir) if "0.2.0" in p.name]
+    assert [p.name for p in pending] == [f"{int(src.migration_files()[-1].name[:4]) + 1:04d}.pgmem-0.2.0.sql"]
+    forward, undo = pending[0], pending[0].with_name(pending[0].name[:-4] + ".rollback.sql")
+    # A table added by hand, in sql/current and in the hand-written parts of both files.
+    with (cur / "30-memories.sql").open("a", encoding="utf-8") as f:
+        f.write("\nCREATE TABLE pgmem.test_t (x integer);\nCOMMENT ON TABLE pgmem.test_t IS 'A test table.';\n")
+    edit(forward, sqlgen.HAND + "\n", sqlgen.HAND + "\nCREATE TABLE pgmem.test_t (x integer);\n"
+                                                     "COMMENT ON TABLE pgmem.test_t IS 'A test table.';\n")
+    edit(undo, sqlgen.HAND_UNDO + "\n", sqlgen.HAND_UNDO + "\nDROP TABLE pgmem.test_t;\n")
+    # A second change, then the file regenerated: both functions in it, the hand-written parts kept.
+    edit(cur / "20-spaces.sql", "        RAISE EXCEPTION 'a time-to-live must be positive'",
+         "        -- second change\n        RAISE EXCEPTION 'a time-to-live must be positive'")
+    assert sqlgen.main(["--sql-dir", str(sql_dir), "--pending"]) == 0
+    assert [p.name for p in src.migration_files(sql_dir) if "0.2.0" in p.name] == [forward.name]
+    text = forward.read_text(encoding="utf-8")
+    assert "first change" in text and "second change" in text and "CREATE TABLE pgmem.test_t" in text
+    assert "DROP TABLE pgmem.test_t;" in undo.read_text(encoding="utf-8")
+    assert src.mismatches(sql_dir) == []
+
+    again = empty_db()
+    apply_migrations(again, sql_dir)
+    assert_same(src.dump_schema(built_from_current(empty_db(), cur)), src.dump_schema(again), "the pending migration")
+    rollback_one(again, sql_dir)
+    assert_same(src.dump_schema(migrated), src.dump_schema(again), "the pending migration rolled back")
+
+    # A second migration after the release is refused: one per release.
+    (sql_dir / "9999.pgmem-extra.sql").write_text("-- extra\n-- depends: x\nSELECT 1;\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        sqlgen.main(["--sql-dir", str(sql_dir), "--pending"])

@@ -1,13 +1,13 @@
--- The HTTP service's state (migration 0010, as written there): tables granted to nobody, reached through
--- owner-run functions granted to pgmem_gateway.
--- pgmem service state: API keys, dashboard accounts and sessions, the setup token, the request log (pgmem serve)
+-- pgmem current schema, part 85: the HTTP service's state (pgmem serve): API keys, dashboard accounts and
+-- sessions, the setup token, the users it knows, exports, the request log. Tables granted to nobody, reached
+-- through owner-run definer functions granted to pgmem_gateway (99-privileges.sql).
 
 -- The HTTP service (`pgmem serve`, docs/service.md) keeps its own state here, beside the memories, so that
 -- one backup holds everything. None of these tables holds memory contents and none is granted to anyone:
 -- the service reaches them only through the SECURITY DEFINER functions below, which EXECUTE is granted to
 -- pgmem_gateway only (the role the service connects as). Secrets are never stored: API keys, session tokens
 -- and the setup token as SHA-256 digests of high-entropy random values, passwords as argon2id hashes made
--- in Python (argon2-cffi). Only new objects: no existing function changes.
+-- in Python (argon2-cffi).
 
 -- One row: the one-time setup link's token, while no dashboard account exists.
 CREATE TABLE pgmem.service_setup (
@@ -20,7 +20,7 @@ CREATE TABLE pgmem.service_setup (
 );
 COMMENT ON TABLE pgmem.service_setup IS
     'The one-time setup token of pgmem serve (SHA-256 digest), present only until the first dashboard account is created.';
-REVOKE ALL ON pgmem.service_setup FROM PUBLIC;
+
 
 CREATE TABLE pgmem.service_accounts (
     account_id     bigint      GENERATED ALWAYS AS IDENTITY,
@@ -35,7 +35,7 @@ CREATE TABLE pgmem.service_accounts (
 );
 COMMENT ON TABLE pgmem.service_accounts IS
     'Dashboard accounts of pgmem serve (administrators); passwords as argon2id hashes.';
-REVOKE ALL ON pgmem.service_accounts FROM PUBLIC;
+
 
 CREATE TABLE pgmem.service_sessions (
     session_hash  bytea       NOT NULL,
@@ -47,7 +47,7 @@ CREATE TABLE pgmem.service_sessions (
 CREATE INDEX service_sessions_expires_at_idx ON pgmem.service_sessions (expires_at);
 COMMENT ON TABLE pgmem.service_sessions IS
     'Dashboard sessions of pgmem serve: SHA-256 digests of the session cookies, with their expiry.';
-REVOKE ALL ON pgmem.service_sessions FROM PUBLIC;
+
 
 CREATE TABLE pgmem.service_keys (
     key_id        bigint      GENERATED ALWAYS AS IDENTITY,
@@ -76,7 +76,7 @@ CREATE TABLE pgmem.service_keys (
 );
 COMMENT ON TABLE pgmem.service_keys IS
     'API keys of pgmem serve: a prefix shown to people, the SHA-256 digest of the whole key, and what it may reach: one user (optionally as one agent), or, for an admin key, the users it names.';
-REVOKE ALL ON pgmem.service_keys FROM PUBLIC;
+
 
 -- The users the service knows of (named by a key, or opened in the dashboard): the dashboard's entity list.
 -- Memories are under row-level security, so nobody can list every user from them; this list is the service's.
@@ -87,7 +87,7 @@ CREATE TABLE pgmem.service_users (
     CONSTRAINT service_users_user_id_check CHECK (user_id <> '' AND length(user_id) <= 256)
 );
 COMMENT ON TABLE pgmem.service_users IS 'Users known to pgmem serve (named by a key or opened in the dashboard).';
-REVOKE ALL ON pgmem.service_users FROM PUBLIC;
+
 
 -- Exports downloaded from the dashboard: erasing a user needs a recent export by the same account.
 CREATE TABLE pgmem.service_exports (
@@ -97,7 +97,7 @@ CREATE TABLE pgmem.service_exports (
     CONSTRAINT service_exports_pkey PRIMARY KEY (account_id, user_id)
 );
 COMMENT ON TABLE pgmem.service_exports IS 'When a dashboard account last downloaded the export of a user (erasure needs one).';
-REVOKE ALL ON pgmem.service_exports FROM PUBLIC;
+
 
 -- The request log: one row per HTTP request, never a body or a memory's content.
 CREATE TABLE pgmem.service_audit (
@@ -115,7 +115,7 @@ CREATE TABLE pgmem.service_audit (
 CREATE INDEX service_audit_at_idx ON pgmem.service_audit (at);
 COMMENT ON TABLE pgmem.service_audit IS
     'Request log of pgmem serve: time, method, route template, status, latency, key prefix, user, dashboard account. Kept for the configured retention (pgmem.service_audit_purge).';
-REVOKE ALL ON pgmem.service_audit FROM PUBLIC;
+
 
 -- --- setup and accounts ----------------------------------------------------------------------------------
 
@@ -169,8 +169,9 @@ $$;
 COMMENT ON FUNCTION pgmem.service_setup_state() IS
     'How many dashboard accounts exist, and whether a setup token is waiting to be used.';
 
-CREATE FUNCTION pgmem.service_account(p_username text)
-RETURNS TABLE (account_id bigint, username text, password_hash text)
+CREATE FUNCTION pgmem.service_account(
+    p_username text
+) RETURNS TABLE (account_id bigint, username text, password_hash text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -190,7 +191,11 @@ COMMENT ON FUNCTION pgmem.service_account_rehash(bigint, text) IS
 
 -- --- sessions --------------------------------------------------------------------------------------------
 
-CREATE FUNCTION pgmem.service_session_create(p_session_hash bytea, p_account_id bigint, p_ttl interval) RETURNS timestamptz
+CREATE FUNCTION pgmem.service_session_create(
+    p_session_hash bytea,
+    p_account_id bigint,
+    p_ttl interval
+) RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -206,8 +211,9 @@ $$;
 COMMENT ON FUNCTION pgmem.service_session_create(bytea, bigint, interval) IS
     'Open a dashboard session (the digest of its cookie) for p_ttl; removes expired sessions; returns the expiry.';
 
-CREATE FUNCTION pgmem.service_session(p_session_hash bytea)
-RETURNS TABLE (account_id bigint, username text, expires_at timestamptz)
+CREATE FUNCTION pgmem.service_session(
+    p_session_hash bytea
+) RETURNS TABLE (account_id bigint, username text, expires_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -230,9 +236,17 @@ COMMENT ON FUNCTION pgmem.service_session_end(bytea) IS 'Log out: remove a dashb
 
 -- --- API keys --------------------------------------------------------------------------------------------
 
-CREATE FUNCTION pgmem.service_key_create(p_prefix text, p_key_hash bytea, p_label text, p_kind text, p_user_id text,
-                                         p_agent_id text, p_users text[], p_scope text, p_created_by text)
-RETURNS TABLE (key_id bigint, prefix text, created_at timestamptz)
+CREATE FUNCTION pgmem.service_key_create(
+    p_prefix text,
+    p_key_hash bytea,
+    p_label text,
+    p_kind text,
+    p_user_id text,
+    p_agent_id text,
+    p_users text[],
+    p_scope text,
+    p_created_by text
+) RETURNS TABLE (key_id bigint, prefix text, created_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -252,8 +266,18 @@ $$;
 COMMENT ON FUNCTION pgmem.service_key_create(text, bytea, text, text, text, text, text[], text, text) IS
     'Issue an API key (its prefix and SHA-256 digest; the key itself is never stored): kind user (p_user_id, optionally p_agent_id) or admin (p_users), scope read or write. Refused (PGM01) before the first dashboard account exists.';
 
-CREATE FUNCTION pgmem.service_key_lookup(p_key_hash bytea)
-RETURNS TABLE (key_id bigint, prefix text, label text, kind text, user_id text, agent_id text, users text[], scope text)
+CREATE FUNCTION pgmem.service_key_lookup(
+    p_key_hash bytea
+) RETURNS TABLE (
+    key_id bigint,
+    prefix text,
+    label text,
+    kind text,
+    user_id text,
+    agent_id text,
+    users text[],
+    scope text
+)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -262,9 +286,20 @@ AS $$
 $$;
 COMMENT ON FUNCTION pgmem.service_key_lookup(bytea) IS 'The unrevoked API key with this SHA-256 digest, and what it may reach.';
 
-CREATE FUNCTION pgmem.service_keys()
-RETURNS TABLE (key_id bigint, prefix text, label text, kind text, user_id text, agent_id text, users text[], scope text,
-               created_at timestamptz, created_by text, last_used_at timestamptz, revoked_at timestamptz)
+CREATE FUNCTION pgmem.service_keys() RETURNS TABLE (
+    key_id bigint,
+    prefix text,
+    label text,
+    kind text,
+    user_id text,
+    agent_id text,
+    users text[],
+    scope text,
+    created_at timestamptz,
+    created_by text,
+    last_used_at timestamptz,
+    revoked_at timestamptz
+)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -357,9 +392,16 @@ COMMENT ON FUNCTION pgmem.service_user_forget(text) IS
 
 -- --- the request log -------------------------------------------------------------------------------------
 
-CREATE FUNCTION pgmem.service_log(p_at timestamptz[], p_method text[], p_route text[], p_status integer[],
-                                  p_latency_ms real[], p_key_prefix text[], p_user_id text[], p_account text[])
-RETURNS integer
+CREATE FUNCTION pgmem.service_log(
+    p_at timestamptz[],
+    p_method text[],
+    p_route text[],
+    p_status integer[],
+    p_latency_ms real[],
+    p_key_prefix text[],
+    p_user_id text[],
+    p_account text[]
+) RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -379,9 +421,22 @@ $$;
 COMMENT ON FUNCTION pgmem.service_log(timestamptz[], text[], text[], integer[], real[], text[], text[], text[]) IS
     'Append a batch of request-log rows (parallel arrays; never bodies) and move the last_used_at of the keys they name; returns the rows written.';
 
-CREATE FUNCTION pgmem.service_audit(p_limit integer, p_before_id bigint, p_key_prefix text, p_min_status integer)
-RETURNS TABLE (audit_id bigint, at timestamptz, method text, route text, status integer, latency_ms real,
-               key_prefix text, user_id text, account text)
+CREATE FUNCTION pgmem.service_audit(
+    p_limit integer,
+    p_before_id bigint,
+    p_key_prefix text,
+    p_min_status integer
+) RETURNS TABLE (
+    audit_id bigint,
+    at timestamptz,
+    method text,
+    route text,
+    status integer,
+    latency_ms real,
+    key_prefix text,
+    user_id text,
+    account text
+)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
@@ -427,26 +482,3 @@ END
 $$;
 COMMENT ON FUNCTION pgmem.service_migrations() IS
     'yoyo''s record of applied migrations (public._yoyo_migration, read as the schema owner), so that the service''s readiness check sees whether migrations are current without reading the table itself; no rows when it does not exist.';
-
-REVOKE EXECUTE ON FUNCTION
-    pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text), pgmem.service_setup_state(),
-    pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
-    pgmem.service_session_create(bytea, bigint, interval), pgmem.service_session(bytea), pgmem.service_session_end(bytea),
-    pgmem.service_key_create(text, bytea, text, text, text, text, text[], text, text), pgmem.service_key_lookup(bytea),
-    pgmem.service_keys(), pgmem.service_key_revoke(bigint), pgmem.service_users(), pgmem.service_user_add(text),
-    pgmem.service_agents(), pgmem.service_export_mark(bigint, text), pgmem.service_export_recent(bigint, text, interval),
-    pgmem.service_user_forget(text),
-    pgmem.service_log(timestamptz[], text[], text[], integer[], real[], text[], text[], text[]),
-    pgmem.service_audit(integer, bigint, text, integer), pgmem.service_audit_purge(interval), pgmem.service_migrations()
-FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION
-    pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text), pgmem.service_setup_state(),
-    pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
-    pgmem.service_session_create(bytea, bigint, interval), pgmem.service_session(bytea), pgmem.service_session_end(bytea),
-    pgmem.service_key_create(text, bytea, text, text, text, text, text[], text, text), pgmem.service_key_lookup(bytea),
-    pgmem.service_keys(), pgmem.service_key_revoke(bigint), pgmem.service_users(), pgmem.service_user_add(text),
-    pgmem.service_agents(), pgmem.service_export_mark(bigint, text), pgmem.service_export_recent(bigint, text, interval),
-    pgmem.service_user_forget(text),
-    pgmem.service_log(timestamptz[], text[], text[], integer[], real[], text[], text[], text[]),
-    pgmem.service_audit(integer, bigint, text, integer), pgmem.service_audit_purge(interval), pgmem.service_migrations()
-TO pgmem_gateway;
