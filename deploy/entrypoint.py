@@ -12,8 +12,8 @@ start with its reason as the last line of its log. The checks, in order:
 3. for ``migrate`` and ``serve``: ``--dsn`` or ``$PGMEM_DSN`` names a database (the image never starts the
    embedded server), which answers within 10 s and has pgvector (``migrate`` may create it only as a
    superuser: pgvector is not a trusted extension);
-4. for ``serve``: the login is not a superuser, not the schema's owner nor a member of the function owner
-   ``pgmem_api`` (either could read every tenant's rows), may ``SET ROLE pgmem_gateway``, and as that role may
+4. for ``serve``: the login is not a superuser, may ``SET ROLE pgmem_gateway``, is not the schema's owner nor a
+   member of the function owner ``pgmem_api`` (either could read every tenant's rows), and as pgmem_gateway may
    execute the API (``pgmem.service_migrations()``: the schema is migrated).
 
 Other commands (``pgmem --version``, ``pgmem doctor``, ...) get checks 1 and 2 only. The checks use psycopg,
@@ -149,8 +149,8 @@ def check_database(command: str, dsn: str) -> None:
     try:
         conn = psycopg.connect(dsn, connect_timeout=10, autocommit=True)
     except psycopg.Error as exc:
-        first = (str(exc).strip().splitlines() or ["?"])[-1]
-        raise Stop(f"cannot connect to {where}: {first}") from None
+        detail = " ".join(part.strip() for part in str(exc).strip().splitlines() if part.strip()) or "?"
+        raise Stop(f"cannot connect to {where}: {detail}") from None
     with conn:
         superuser, installed, available, trusted = conn.execute(
             "SELECT r.rolsuper,"
@@ -173,11 +173,16 @@ def check_database(command: str, dsn: str) -> None:
         if superuser:
             raise Stop(f"the API's login {login!r} is a superuser: run pgmem serve as a login that is only a member "
                        f"of {GATEWAY} (pgmem_service, deploy/initdb/10-roles.sh)")
+        try:
+            conn.execute(f"SET ROLE {GATEWAY}")
+        except psycopg.Error as exc:
+            raise Stop(f"the API's login {login!r} cannot SET ROLE {GATEWAY} ({(exc.diag.message_primary or '').strip()}): "
+                       f"as the schema owner or a superuser: GRANT {GATEWAY} TO \"{login}\";") from None
         owner, member_of_owner, in_function_owner = conn.execute(
             "SELECT pg_catalog.pg_get_userbyid(n.nspowner),"
-            "       pg_catalog.pg_has_role(current_user, n.nspowner, 'MEMBER'),"
+            "       pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER'),"
             "       EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s)"
-            "       AND pg_catalog.pg_has_role(current_user, %s, 'MEMBER')"
+            "       AND pg_catalog.pg_has_role(session_user, %s, 'MEMBER')"
             "  FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgmem'",
             (FUNCTION_OWNER, FUNCTION_OWNER)).fetchone() or (None, False, False)
         if owner is None:
@@ -187,11 +192,6 @@ def check_database(command: str, dsn: str) -> None:
             what = f"owns the schema pgmem (as {owner})" if member_of_owner else f"is a member of {FUNCTION_OWNER}"
             raise Stop(f"the API's login {login!r} {what}, so it could read every tenant's rows: run pgmem serve "
                        f"as a login that is only a member of {GATEWAY} (pgmem_service, deploy/initdb/10-roles.sh)")
-        try:
-            conn.execute(f"SET ROLE {GATEWAY}")
-        except psycopg.Error as exc:
-            raise Stop(f"the API's login {login!r} cannot SET ROLE {GATEWAY} ({(exc.diag.message_primary or '').strip()}): "
-                       f"as the schema owner or a superuser: GRANT {GATEWAY} TO \"{login}\";") from None
         if not conn.execute("SELECT pg_catalog.has_function_privilege(%s, 'EXECUTE')", (PROBE,)).fetchone()[0]:
             raise Stop(f"{GATEWAY} may not execute the API in database {db} ({PROBE}): run the migrate job of this "
                        "revision (it grants it)")

@@ -107,7 +107,7 @@ def bare_db(admin):
 
 
 def test_a_database_without_pgvector_stops_it(env, bare_db, login_role, tmp_path, admin):
-    login = login_role()
+    login = login_role("pgmem_gateway")
     admin.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(bare_db), sql.Identifier(login)))
     env |= {"PGMEM_DSN": dsn_for(bare_db, user=login), "PGPASSFILE": pgpass(tmp_path, login)}
     for command in ("migrate", "serve"):  # the owner may not create pgvector (not a trusted extension)
