@@ -208,3 +208,19 @@ def test_no_deployment_file_makes_the_function_owner_a_login():
     assert SERVICES["api"]["environment"]["PGMEM_DSN"].startswith("postgresql://pgmem_service@")
     for doc in ("README.md", "docs/service.md", "docs/deployment.md"):
         assert "postgresql://pgmem_api@" not in (REPO / doc).read_text(encoding="utf-8"), doc
+
+
+def test_the_deployment_docs_use_real_commands_and_options():
+    """Every ``pgmem COMMAND --option`` docs/deployment.md shows exists, and its quick start makes the secrets,
+    builds the image and starts compose with the scripts and file of this repository."""
+    doc = (REPO / "docs" / "deployment.md").read_text(encoding="utf-8")
+    calls = re.findall(r"\bpgmem ((?:migrate|rollback|serve|backup|restore|doctor)\b[^`\n]*)", doc)
+    assert calls
+    for call in calls:
+        argv = ["pgmem", *call.split()]
+        assert unknown_options(argv) == [], call
+    quick = doc[doc.index("## Quick start"):doc.index("## Roles and secrets")]
+    for step in ("deploy/make-secrets.sh", "deploy/build-image.sh \"$PGMEM_REVISION\"",
+                 "docker compose -f deploy/compose.yaml up -d", "one-time link", "/v1/search"):
+        assert step in quick, step
+    assert "one-time link" in (REPO / "pgmem" / "service" / "app.py").read_text(encoding="utf-8")
