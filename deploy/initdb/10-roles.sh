@@ -5,10 +5,11 @@
 # pgmem_service, a member of pgmem_gateway and nothing else. Never give pgmem_api a LOGIN: it owns the API's
 # SECURITY DEFINER functions, so a login of that name could read every tenant's rows (pgmem doctor checks).
 # The owner gets CREATE on schema public for yoyo's bookkeeping tables (PostgreSQL 15 and newer grant none).
-# Passwords come from the pgpass secret files.
+# Passwords come from the secret files deploy/make-secrets.sh writes (owned by the postgres user, 0600).
 set -eu
-owner_pw=$(cut -d: -f5 /run/secrets/pgpass_owner)
-api_pw=$(cut -d: -f5 /run/secrets/pgpass_api)
+secrets=${PGMEM_SECRETS_DIR:-/run/secrets}  # where compose mounts them
+owner_pw=$(cat "$secrets/db_owner_password")
+api_pw=$(cat "$secrets/db_service_password")
 psql -v ON_ERROR_STOP=1 --username postgres --dbname pgmem \
      -v owner_pw="$owner_pw" -v api_pw="$api_pw" <<'SQL'
 CREATE ROLE pgmem_owner LOGIN PASSWORD :'owner_pw';
