@@ -10,7 +10,7 @@
 #                 makes one from Debian's packages)
 #   --tag NAME    the image name instead of pgmem-api:COMMIT
 #   --ca-bundle FILE  CA certificates pip must trust (a TLS-inspecting proxy), a build secret (in no layer);
-#                 default $PIP_CERT when set
+#                 default $PIP_CERT, else the cert of /etc/pip.conf, when set
 # PGMEM_BUILDER picks the builder (podman or docker; default the first found). With podman on a host that
 # cannot run containers, set BUILDAH_ISOLATION=chroot.
 set -eu
@@ -18,6 +18,8 @@ die() { echo "build-image.sh: $*" >&2; exit 1; }
 rev=${1:-}
 [ $# -gt 0 ] && shift
 base= tag= ca=${PIP_CERT:-}
+# pip's own setting on this host, when the environment names none (a TLS-inspecting proxy's CA is often there)
+[ -z "$ca" ] && ca=$(sed -n 's/^[[:space:]]*cert[[:space:]]*=[[:space:]]*//p' /etc/pip.conf 2>/dev/null | head -n 1)
 while [ $# -gt 0 ]; do
   case $1 in
     --base) [ $# -ge 2 ] || die "--base needs an image"; base=$2; shift 2 ;;
