@@ -225,6 +225,21 @@ def login_role(request: pytest.FixtureRequest, server_admin: psycopg.Connection)
         server_admin.execute(f'DROP ROLE IF EXISTS "{name}"')
 
 
+def need(module: str, extra: str):
+    """Import ``module``, which only some tests need and the extra ``extra`` installs (pyproject.toml): a test
+    without it is skipped naming the extra, except under ``CI=true``, where a missing module fails the test (CI
+    installs every extra the suite needs, so a skip there would hide a missing install step)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"{module} is not installed: pip install -e '.[{extra}]'"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Helpers for tests that call the SQL API directly (import them: from conftest import acting, run, connect)
 # --------------------------------------------------------------------------------------------------------

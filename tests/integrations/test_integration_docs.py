@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from support.chat_server import serve
-from conftest import dsn_for
+from conftest import dsn_for, need
 from pgmem import Memory
 from pgmem.integrations.langgraph import PgmemStore
 
@@ -61,6 +61,7 @@ def test_langgraph_snippet(run):
 
 
 def test_langmem_snippet(run):
+    need("langmem", "test-langmem")
     assert "Alice prefers window seats" in run("langmem")
 
 

@@ -15,6 +15,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp  # noqa: E402
 from typing_extensions import TypedDict  # noqa: E402
 
+from conftest import need  # noqa: E402
 from pgmem import Memory  # noqa: E402
 from pgmem.aio import AsyncMemory  # noqa: E402
 from pgmem.errors import IdentityError, InvalidFilter, ValidationError  # noqa: E402
@@ -267,7 +268,7 @@ def test_state_graph_node_uses_the_runtime_store(store, make_memory):
 
 
 def test_langmem_tools_against_the_store(store):
-    langmem = pytest.importorskip("langmem")
+    langmem = need("langmem", "test-langmem")
     manage = langmem.create_manage_memory_tool(namespace=("alice", "memories"), store=store)
     search = langmem.create_search_memory_tool(namespace=("alice", "memories"), store=store)
     created = manage.invoke({"content": "Alice prefers window seats", "action": "create"})
