@@ -72,17 +72,7 @@ REVOKE EXECUTE ON FUNCTION
     pgmem.bind_role(name, text), pgmem.unbind_role(name), pgmem.schedule_purge(text), pgmem._build_knn(),
     pgmem._define(text), pgmem._vector_schema(), pgmem.create_space(text, text, integer, text, integer, integer, regconfig),
     pgmem.set_retention(text, interval, interval), pgmem.purge(integer), pgmem.erase_user(text),
-    pgmem.list_spaces(), pgmem.drop_space(text),
-    -- the HTTP service's functions are the gateway's, never the API's (85-service.sql)
-    pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text), pgmem.service_setup_state(),
-    pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
-    pgmem.service_session_create(bytea, bigint, interval), pgmem.service_session(bytea), pgmem.service_session_end(bytea),
-    pgmem.service_key_create(text, bytea, text, text, text, text, text[], text, text), pgmem.service_key_lookup(bytea),
-    pgmem.service_keys(), pgmem.service_key_revoke(bigint), pgmem.service_users(), pgmem.service_user_add(text),
-    pgmem.service_agents(), pgmem.service_export_mark(bigint, text), pgmem.service_export_recent(bigint, text, interval),
-    pgmem.service_user_forget(text),
-    pgmem.service_log(timestamptz[], text[], text[], integer[], real[], text[], text[], text[]),
-    pgmem.service_audit(integer, bigint, text, integer), pgmem.service_audit_purge(interval), pgmem.service_migrations()
+    pgmem.list_spaces(), pgmem.drop_space(text)
 FROM pgmem_api;
 GRANT EXECUTE ON FUNCTION
     pgmem.space(text),
@@ -192,9 +182,7 @@ ALTER FUNCTION pgmem.set_retention(text, interval, interval) SET lock_timeout = 
 -- ---------------------------------------------------------------------------------------------------------
 -- Space administration (20-spaces.sql): list_spaces for every pgmem role, drop_space for the owner only.
 -- ---------------------------------------------------------------------------------------------------------
-REVOKE EXECUTE ON FUNCTION pgmem.list_spaces() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgmem.list_spaces() TO pgmem_agent, pgmem_gateway;
-REVOKE EXECUTE ON FUNCTION pgmem.drop_space(text) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------------------------------------
 -- The HTTP service's state (85-service.sql): its tables for nobody, its functions for pgmem_gateway only.
@@ -206,6 +194,7 @@ REVOKE ALL ON pgmem.service_keys FROM PUBLIC;
 REVOKE ALL ON pgmem.service_users FROM PUBLIC;
 REVOKE ALL ON pgmem.service_exports FROM PUBLIC;
 REVOKE ALL ON pgmem.service_audit FROM PUBLIC;
+-- (PUBLIC's EXECUTE went with every function's above; the service's functions are the gateway's, never the API's.)
 REVOKE EXECUTE ON FUNCTION
     pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text), pgmem.service_setup_state(),
     pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
@@ -216,7 +205,7 @@ REVOKE EXECUTE ON FUNCTION
     pgmem.service_user_forget(text),
     pgmem.service_log(timestamptz[], text[], text[], integer[], real[], text[], text[], text[]),
     pgmem.service_audit(integer, bigint, text, integer), pgmem.service_audit_purge(interval), pgmem.service_migrations()
-FROM PUBLIC;
+FROM pgmem_api;
 GRANT EXECUTE ON FUNCTION
     pgmem.service_setup_begin(bytea, interval), pgmem.service_bootstrap(bytea, text, text), pgmem.service_setup_state(),
     pgmem.service_account(text), pgmem.service_account_rehash(bigint, text),
