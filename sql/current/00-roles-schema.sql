@@ -63,6 +63,8 @@ DO $pgmem$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgmem_api') THEN
         CREATE ROLE pgmem_api NOLOGIN NOINHERIT NOBYPASSRLS;
+        -- (commenting on a role needs CREATEROLE: only where it is created)
+        COMMENT ON ROLE pgmem_api IS 'pgmem: owns the API functions (SECURITY DEFINER) and holds the table privileges they need; never a login, no BYPASSRLS.';
     END IF;
     -- The schema owner hands its functions to pgmem_api (ALTER FUNCTION ... OWNER TO), so it must be able
     -- to SET ROLE pgmem_api. A superuser can anyway; a role that just created pgmem_api holds ADMIN on it.
@@ -75,7 +77,6 @@ EXCEPTION WHEN insufficient_privilege THEN
               HINT = pg_catalog.format('Ask a DBA to run: CREATE ROLE pgmem_api NOLOGIN NOINHERIT NOBYPASSRLS; GRANT pgmem_api TO %I;', current_user);
 END
 $pgmem$;
-COMMENT ON ROLE pgmem_api IS 'pgmem: owns the API functions (SECURITY DEFINER) and holds the table privileges they need; never a login, no BYPASSRLS.';
 
 -- Load pgvector's library in this session, so that hnsw.* settings are its real settings, not placeholders.
 DO $pgmem$ BEGIN PERFORM '[1]'::vector; END $pgmem$;

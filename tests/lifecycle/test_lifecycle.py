@@ -426,7 +426,7 @@ def test_the_import_accepts_exactly_the_keys_the_export_writes(alice):
     for r in rows:
         assert set(r) == set(EXPORT_KEYS[r["kind"]]), r["kind"]
     sql = (Path(__file__).resolve().parents[2] / "sql" / "current" / "90-retention-erasure.sql").read_text()
-    body = sql[sql.index("CREATE OR REPLACE FUNCTION pgmem.import_user"):]
+    body = sql[sql.index("CREATE FUNCTION pgmem.import_user"):]
     for kind, keys in EXPORT_KEYS.items():
         listed = body[body.index(f"WHEN '{kind}' THEN ARRAY["):]
         listed = listed[:listed.index("]")]
