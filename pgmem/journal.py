@@ -475,11 +475,11 @@ class Journal:
         """After a failed write or fsync: reopen the file and cut it back to the last durable size, so no byte
         of an append that may not be on disk is ever taken for a record. JournalError when that fails too."""
         try:
+            fd, _ = _open(self.path, os.O_RDWR | os.O_APPEND)  # the old descriptor stays for reading until then
             if self._fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(self._fd)
-                self._fd = None
-            self._fd, _ = _open(self.path, os.O_RDWR | os.O_APPEND)
+            self._fd = fd
             size = os.fstat(self._fd).st_size
             if size > self._durable:
                 os.ftruncate(self._fd, self._durable)

@@ -218,6 +218,7 @@ class BackgroundWriter:
         self._inflight: list[_Write] = []
         self._held: list[_Write] = []  # the database and the journal both refused them: retried, oldest first
         self._held_cause: str | None = None
+        self._held_trying = 0  # held writes being tried again (out of _held meanwhile)
         self._held_since = 0.0
         self._next_retry = 0.0
         self._retry_backoff = 0.5
@@ -370,7 +371,7 @@ class BackgroundWriter:
         the journal holds writes or writes are held)."""
         with self._cond:
             pending = self.journal.pending if not self.journal.closed else 0
-            return {"accepted": self._seq, "queued": len(self._queue) + len(self._inflight), "held": len(self._held),
+            return {"accepted": self._seq, "queued": len(self._queue) + len(self._inflight), "held": len(self._held) + self._held_trying,
                     "committed": self.committed, "replayed": self.replayed, "journaled": pending,
                     "rejected": self.rejected, "lost": self.lost, "damaged": self.journal.damaged,
                     "torn": self.journal.torn, "offline": bool(pending or self._held)}
@@ -500,6 +501,11 @@ class BackgroundWriter:
                 n = len(self._queue)
                 now = time.monotonic()
                 if self._held:
+                    if self._queue:  # behind the held ones, in order: in memory only, like them
+                        self._last_taken = self._queue[-1].seq
+                        self._held.extend(self._queue)
+                        self._queue.clear()
+                        self._cond.notify_all()
                     if self._closing and self._deadline is None:  # close() without a timeout: bounded all the same
                         self._deadline = now + self.shutdown_timeout
                     if now >= self._next_retry or (self._closing and self._past_deadline()):
@@ -595,23 +601,33 @@ class BackgroundWriter:
                             journal_error, len(self._held), self.max_queue)
 
     def _retry_held(self) -> None:
-        """Try the held writes again: the database when the journal holds nothing older, else the journal."""
-        with self._cond:
-            batch, self._held = self._held, []
-        if self.journal.pending or self._past_deadline():
-            self._to_journal(batch)
-        else:
-            self._commit(batch)
-        with self._cond:
-            if self._held:
-                self._retry_backoff = min(5.0, self._retry_backoff * 2)
-                self._next_retry = time.monotonic() + self._retry_backoff
+        """Try the held writes again, a batch at a time: the database when the journal holds nothing older,
+        else the journal; stop at the first batch refused again (it stays first)."""
+        total = len(self._held)
+        while self._held and not self._abandoned:
+            with self._cond:
+                chunk, rest = self._held[:self.batch_size], self._held[self.batch_size:]
+                self._held = []
+                self._held_trying = len(chunk) + len(rest)
+            if self.journal.pending or self._past_deadline():
+                self._to_journal(chunk)
             else:
-                log.info("pgmem writer %r: the %d writes held in memory are safe again (%s; held %.1f s)",
-                         self.client_name, len(batch), "journaled" if self.journal.pending else "committed",
-                         time.monotonic() - self._held_since)
-                self._held_cause = None
-                self._retry_backoff = 0.5
+                self._commit(chunk)
+            with self._cond:
+                self._held_trying = 0
+                if self._held:  # refused again: the rest stays behind it
+                    self._held.extend(rest)
+                    self._retry_backoff = min(5.0, self._retry_backoff * 2)
+                    self._next_retry = time.monotonic() + self._retry_backoff
+                    break
+                self._held = rest
+            self._finish()
+        if not self._held:
+            log.info("pgmem writer %r: the %d writes held in memory are safe again (%s; held %.1f s)",
+                     self.client_name, total, "journaled" if self.journal.pending else "committed",
+                     time.monotonic() - self._held_since)
+            self._held_cause = None
+            self._retry_backoff = 0.5
         self._finish()
 
     def _give_up(self) -> None:
@@ -769,7 +785,10 @@ class BackgroundWriter:
                 self._schedule_replay(failed=True)
                 return
             if not read:
-                self.journal.done(self.journal._offset, self.journal.pending)
+                if self.journal.broken is not None or self.journal._offset < self.journal._durable:
+                    self._schedule_replay(failed=True)  # a damaged record that cannot be quarantined yet
+                    return
+                self.journal.done(self.journal._offset, self.journal.pending)  # the count was off: nothing is left
                 break
             # Runs of consecutive writes of one user and space, so that progress is exact and in order; a line
             # of a user this writer does not write for is a run of its own, refused.

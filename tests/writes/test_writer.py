@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 from pgmem import Memory, ValidationError, migrations, server
-from pgmem.journal import Journal, JournalBusy, JournalError, scan
+from pgmem.journal import Journal, JournalBusy, JournalError
 from pgmem.testing import HashEmbedder
 from pgmem.writer import QueueFull, WriterClosed
 
@@ -85,6 +85,8 @@ def replay(dsn: str, journal_dir: Path, name: str) -> dict:
 
 def journal_ids(path: Path) -> list[str]:
     """The client ids of a journal's records (every record checked: a damaged one fails the test)."""
+    from pgmem.journal import scan
+
     records, _ = scan(path.read_bytes())
     assert {r.kind for r in records} <= {"ok"}, [(r.kind, r.start, r.reason) for r in records if r.kind != "ok"]
     return [r.entry["id"] for r in records]
