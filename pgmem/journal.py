@@ -163,6 +163,15 @@ class Record:
             return None
 
 
+class _Framed(ValueError):
+    """A record whose frame is whole (its header, its length and its end of line agree) but whose content is
+    damaged: it ends at ``end``, and the next record starts there."""
+
+    def __init__(self, reason: str, end: int) -> None:
+        super().__init__(reason)
+        self.end = end
+
+
 class _Incomplete(Exception):
     """The record at this position needs bytes past the end of the data (torn, or more to read)."""
 
@@ -193,13 +202,15 @@ def _parse(data: bytes, pos: int) -> tuple[dict[str, Any], int, int]:
             raise ValueError(f"no end of line after the {length} bytes the record announces")
         payload = data[body:end]
         if zlib.crc32(payload) != crc:
-            raise ValueError(f"checksum mismatch (crc32 {zlib.crc32(payload):08x}, recorded {crc:08x})")
+            if b"\n" in payload:  # an end of line inside: the length itself may be wrong, not a sure frame
+                raise ValueError(f"checksum mismatch (crc32 {zlib.crc32(payload):08x}, recorded {crc:08x})")
+            raise _Framed(f"checksum mismatch (crc32 {zlib.crc32(payload):08x}, recorded {crc:08x})", end + 1)
         try:
             entry = json.loads(payload)
         except ValueError as exc:  # a valid checksum over bad JSON: written so, or forged
-            raise ValueError(f"not JSON: {exc}") from None
+            raise _Framed(f"not JSON: {exc}", end + 1) from None
         if not isinstance(entry, dict):
-            raise ValueError("not a JSON object")
+            raise _Framed("not a JSON object", end + 1)
         return entry, end + 1, 2
     if nl < 0:
         raise _Incomplete
@@ -207,9 +218,9 @@ def _parse(data: bytes, pos: int) -> tuple[dict[str, Any], int, int]:
         try:
             entry = json.loads(data[pos:nl])
         except ValueError as exc:
-            raise ValueError(f"not JSON: {exc}") from None
+            raise _Framed(f"not JSON: {exc}", nl + 1) from None
         if not isinstance(entry, dict):
-            raise ValueError("not a JSON object")
+            raise _Framed("not a JSON object", nl + 1)
         return entry, nl + 1, 1
     raise ValueError("not the start of a record")
 
@@ -228,6 +239,8 @@ def _resync(data: bytes, pos: int) -> int | None:
         try:
             _parse(data, c)
             return c
+        except _Framed:
+            return c  # a record of its own, damaged too: found as such
         except (ValueError, _Incomplete):
             q = c
 
@@ -249,6 +262,10 @@ def scan(data: bytes, base: int = 0, *, final: bool = True) -> tuple[list[Record
                               "(a crash during an append)", version=2 if data.startswith(_V2, pos) else 1))
             pos = n
             break
+        except _Framed as exc:
+            out.append(Record("damaged", base + pos, base + exc.end, data[pos:exc.end], reason=str(exc)))
+            pos = exc.end
+            continue
         except ValueError as exc:
             nxt = _resync(data, pos)
             if nxt is None:
@@ -784,7 +801,8 @@ def _lock_journal(directory: Path, name: str) -> int:
     return fd
 
 
-def _split(path: Path, user_id: str, offset: int | None) -> tuple[bytes, int, int, int]:
+def _split(path: Path, user_id: str, offset: int | None,
+           quarantined: set[tuple[int, str]] | None = None) -> tuple[bytes, int, int, int]:
     """Filter one journal: (kept bytes, lines removed, new offset, bytes). ``offset`` (pending journals
     only) counts replayed bytes; the new one counts the kept lines among them. A torn last line (a crash
     during an append, never acknowledged) is dropped; a damaged line elsewhere raises JournalError."""
@@ -823,6 +841,9 @@ def _split(path: Path, user_id: str, offset: int | None) -> tuple[bytes, int, in
     for rec in records:
         if rec.kind == "torn":
             continue  # a crash during an append, never acknowledged
+        if rec.kind == "damaged" and _qkey(rec.start, rec.raw) in (quarantined or set()):
+            removed += rec.user() == user_id  # kept in the quarantine file (the user's lines leave it too)
+            continue
         if rec.kind == "damaged":
             raise JournalError(f"the journal {path} is damaged at byte {rec.start}: {rec.reason}",
                                hint="check it with pgmem journal check; open its writer (or pgmem journal replay) to "
@@ -867,7 +888,9 @@ def _replace(path: Path, data: bytes, *, fsync_dir: bool = True) -> None:
 
 def erase_user(user_id: str, directory: Path | str | None = None) -> dict[str, int]:
     """Remove every line of ``user_id`` from the journals in ``directory`` (default :func:`journal_dir`):
-    the pending ``<name>.jsonl`` and the ``<name>.rejected.jsonl`` files, for the right to erasure (the
+    the pending ``<name>.jsonl``, the ``<name>.rejected.jsonl`` and the ``<name>.quarantine`` files (a
+    quarantined record whose user could be read; one that is still in the journal leaves it, being kept in
+    the quarantine file), for the right to erasure (the
     database side is :meth:`pgmem.Memory.erase_user`). Lines are matched on their ``user_id`` field; lines
     of a login bound to its user (``user_id`` null) are not matched.
 
@@ -908,7 +931,9 @@ def erase_user(user_id: str, directory: Path | str | None = None) -> dict[str, i
                         offset = int(_read(offset_path).decode("ascii", "replace").strip() or 0)
                     except (FileNotFoundError, ValueError):
                         offset = 0
-                kept, removed, new_offset, size = _split(path, user_id, offset)
+                keys = {_qkey(q.get("offset", -1), base64.b64decode(q.get("raw_b64", "")))
+                        for q in _read_quarantine_file(_quarantine_path(folder, name))} if offset is not None else None
+                kept, removed, new_offset, size = _split(path, user_id, offset, keys)
                 if offset is not None and not 0 <= offset <= size:
                     new_offset = 0  # an offset the journal would ignore: it replays from the start anyway
                 plans.append((path, offset_path, kept, removed, offset, new_offset, size))
