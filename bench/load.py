@@ -2,6 +2,7 @@
 """Load and durability under concurrency: N agent processes against one server, then an exact audit.
 
     python bench/load.py [--agents 16] [--seconds 30] [--users 4] [--dsn DSN] [--data-dir DIR] [--json FILE]
+                         [--journal-first | --compare-journal-first]
 
 What it does
 1. Drops and re-creates the database ``pgmem_bench_load`` (on the embedded server, started on demand, or on
@@ -18,6 +19,11 @@ What it does
 4. The audit, on a fresh connection: every accepted write's client id is a row of the right user exactly
    once, each user has exactly as many rows as its agents accepted writes (nothing lost, nothing
    duplicated), nothing waits in a journal, and every edited memory holds its last edited content.
+
+``--journal-first`` runs the agents' writers with ``journal_first=True`` (``submit`` returns once the write is
+fsync'd to the journal, group commit); ``--compare-journal-first`` runs the whole load twice in this one
+invocation, default writers then journal-first writers (each on a fresh database), and prints the ratios of
+submit p50/p99 and writes/s (journal-first / default).
 
 Output: throughput per operation and in total, latency p50/p95/p99 per operation (``add`` is the
 ``submit`` call an agent waits for; ``add→durable`` runs from ``submit`` until the writer acknowledges the
@@ -51,7 +57,7 @@ TOPICS = ("flight", "hotel", "diet", "meeting", "budget", "deadline", "gift", "d
 # One agent process
 # --------------------------------------------------------------------------------------------------------
 def run_agent(index: int, dsn: str, users: int, seconds: float, rate: float, journal_dir: str, out: str,
-              seed: int) -> None:
+              seed: int, journal_first: bool = False) -> None:
     from pgmem import Memory
     from pgmem.testing import HashEmbedder
 
@@ -76,8 +82,9 @@ def run_agent(index: int, dsn: str, users: int, seconds: float, rate: float, jou
                 if a.status == "committed":
                     committed[str(a.id)] = str(a.memory_id)
 
+    extra = {"journal_first": True} if journal_first else {}  # absent on older checkouts (paired runs)
     writer = mem.writer(client_name=f"load-{index}", journal_dir=journal_dir, batch_size=64, flush_interval=0.05,
-                        on_durable=on_durable)
+                        on_durable=on_durable, **extra)
     latencies: dict[str, list[float]] = {"add": [], "search": [], "edit": []}
     errors: dict[str, int] = {}
     first_errors: list[str] = []
@@ -99,6 +106,11 @@ def run_agent(index: int, dsn: str, users: int, seconds: float, rate: float, jou
                 submitted_at[cid] = t0
                 writer.submit(text, session_id=f"agent-{index}/s{n % 8}", metadata={"topic": topic}, id=cid)
                 accepted.append(cid)
+                if journal_first:  # durable (fsync'd to the journal) when submit returns
+                    with lock:
+                        t1 = submitted_at.pop(cid, None)
+                        if t1 is not None:
+                            durable_ms.append((time.perf_counter() - t1) * 1000)
             elif op == "search":
                 mem.search(f"what is the {rng.choice(TOPICS)} set to?", k=5)
             else:
@@ -205,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--data-dir", help="data directory of the embedded server (default: pgmem's)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--journal-first", action="store_true", help="writers with journal_first=True")
+    ap.add_argument("--compare-journal-first", action="store_true",
+                    help="run default writers, then journal-first writers, and print the ratios")
     ap.add_argument("--agent", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--agent-dsn", help=argparse.SUPPRESS)
     ap.add_argument("--journal-dir", help=argparse.SUPPRESS)
@@ -212,9 +227,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.agent is not None:
         run_agent(args.agent, args.agent_dsn, args.users, args.seconds, args.rate, args.journal_dir, args.out,
-                  args.seed)
+                  args.seed, args.journal_first)
         return 0
+    if not args.compare_journal_first:
+        return run(args, args.journal_first)[0]
+    code, default = run(args, False)
+    code2, first = run(args, True)
+    a, b = default["ops"]["add"], first["ops"]["add"]
+    ratios = {"submit_p50": round(b["p50_ms"] / a["p50_ms"], 2) if a["p50_ms"] else None,
+              "submit_p99": round(b["p99_ms"] / a["p99_ms"], 2) if a["p99_ms"] else None,
+              "writes_per_second": round(b["per_second"] / a["per_second"], 2) if a["per_second"] else None}
+    print(f"journal-first / default: submit p50 {a['p50_ms']} -> {b['p50_ms']} ms ({ratios['submit_p50']}x), "
+          f"p99 {a['p99_ms']} -> {b['p99_ms']} ms ({ratios['submit_p99']}x), writes/s {a['per_second']} -> "
+          f"{b['per_second']} ({ratios['writes_per_second']}x)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"default": default, "journal_first": first, "ratios": ratios}, indent=2))
+    return code or code2
 
+
+def run(args: argparse.Namespace, journal_first: bool) -> tuple[int, dict]:
+    """One load run on a fresh database; (exit code, summary)."""
     dsn = fresh_database(args.dsn, args.data_dir)
     with tempfile.TemporaryDirectory(prefix="pgmem-load-") as tmp:
         procs = []
@@ -224,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = [sys.executable, __file__, "--agent", str(i), "--agent-dsn", dsn, "--users", str(args.users),
                    "--seconds", str(args.seconds), "--rate", str(args.rate), "--journal-dir",
                    os.path.join(tmp, "journal"), "--out", out, "--seed", str(args.seed)]
+            if journal_first:
+                cmd.append("--journal-first")
             procs.append((subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), out))
         failed = []
         for p, _ in procs:
@@ -249,7 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "errors": errors, "first_errors": [e for r in results for e in r["first_errors"]][:5],
         "journaled": journaled, "rejected": rejected, "failed_agents": len(failed), **checked}
     total = sum(len(lat[op]) for op in ("add", "search", "edit"))
-    print(f"pgmem load: {args.agents} agents x {args.seconds:g} s at {args.rate:g} ops/s each, {args.users} users: "
+    summary["journal_first"] = journal_first
+    print(f"pgmem load{' (journal-first writers)' if journal_first else ''}: {args.agents} agents x {args.seconds:g} s"
+          f" at {args.rate:g} ops/s each, {args.users} users: "
           f"{total / args.seconds:.0f} ops/s in total (wall {wall:.1f} s incl. start and drain)")
     print(f"{'operation':<14}{'count':>8}{'per s':>9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'errors':>8}")
     for op in ops:
@@ -261,11 +297,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"edits not applied {checked['edits_not_applied']}; journaled {journaled}, rejected {rejected}")
     for e in summary["first_errors"]:
         print(f"  error: {e}")
-    if args.json:
+    if args.json and not args.compare_journal_first:
         Path(args.json).write_text(json.dumps(summary, indent=2))
     bad = (checked["lost"] or checked["duplicated"] or checked["wrong_user"] or checked["edits_not_applied"]
            or sum(errors.values()) or failed or journaled or rejected)
-    return 1 if bad else 0
+    return (1 if bad else 0), summary
 
 
 if __name__ == "__main__":

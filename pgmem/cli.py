@@ -43,6 +43,7 @@ from typer.core import TyperGroup
 
 from . import exports, files, maintenance
 from .errors import IdentityError, NotFound, PgmemError, ScopeRequired, ValidationError, from_psycopg
+from .journal_cli import journal_app
 
 DEFAULT_SPACE = "default"
 
@@ -115,6 +116,7 @@ COMMAND_GROUPS: dict[str, list[tuple[str, str]]] = {
         ("distribute", "Distribute a migrated Citus coordinator by user"),
         ("sql-path", "Print the directory of the migration files"),
         ("doctor", "Check the health of a pgmem database"),
+        ("journal", "List, check, replay the writer's local journals"),
         ("backup", "Back up the whole database into a directory"),
         ("restore", "Restore a backup and verify it"),
     ],
@@ -198,6 +200,7 @@ space_app = typer.Typer(cls=_HelpGroup, no_args_is_help=True, rich_markup_mode=N
                         help="Embedding spaces: a name bound to one model and dimension count.")
 app.add_typer(server_app, name="server")
 app.add_typer(space_app, name="space")
+app.add_typer(journal_app, name="journal", cls=_HelpGroup)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1563,7 +1566,7 @@ def doctor_(ctx: typer.Context, dsn: DsnOpt = None, space: SpaceOpt = None, role
 
     o = options(ctx, dsn=dsn, space=space, role=role, as_json=as_json)
     as_role = o.role if o.role is not None else ("pgmem_gateway" if o.dsn is None else None)
-    checks = ops.run_checks(admin_dsn(o), space=o.space, role=as_role)
+    checks = ops.run_checks(admin_dsn(o), space=o.space, role=as_role) + [ops.journal_check()]
     code = ops.exit_code(checks)
     emit(o, {"healthy": code == 0, "exit_code": code, "checks": checks},
          lambda: console().print(_checks_table(checks)))

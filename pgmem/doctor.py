@@ -368,6 +368,28 @@ def _embedder_probe(embedder: Any, space_row: dict | None) -> tuple[list[Check],
 
 
 
+def journal_check(directory: Any = None) -> Check:
+    """The background writer's local journals in ``directory`` (default :func:`pgmem.journal.journal_dir`):
+    fails when one holds damaged or torn records (kept in its ``.quarantine`` file: a human should look,
+    ``pgmem journal show NAME``) or cannot be read; passes, naming them, when journals only wait to be
+    replayed (by the next writer of that name, or ``pgmem journal replay NAME``). Reads, never changes."""
+    from . import journal
+
+    folder = directory if directory is not None else journal.journal_dir()
+    try:
+        infos = journal.list_journals(folder)
+    except Exception as exc:  # UnsafeJournal, unreadable: a local fault worth failing for
+        return Check("journals", False, f"cannot read the journals in {folder}: {_one_line(exc)}")
+    bad = [i for i in infos if i.damaged or i.torn]
+    waiting = [i for i in infos if i.pending]
+    parts = [f"{i.name}: {i.damaged} damaged, {i.torn} torn (pgmem journal show {i.name})" for i in bad]
+    parts += [f"{i.name}: {i.pending} pending" + (f" (writer pid {i.in_use})" if i.in_use else
+                                                  f" (pgmem journal replay {i.name})") for i in waiting]
+    if not parts:
+        return Check("journals", True, f"{len(infos)} in {folder}, none pending or damaged")
+    return Check("journals", not bad, f"{folder}: " + "; ".join(parts))
+
+
 def _function_probe(conn, space_row: dict | None, vector: np.ndarray | None) -> Check:
     """add, search (first hit) and delete a probe memory in one transaction that is always rolled back."""
     from psycopg.types.json import Jsonb

@@ -22,10 +22,21 @@ returns the write's client id at once. The writer never drops a write it accepte
   writer, whose ``submit`` names each write's user). Replaying, a journal line that names another user is
   not applied: it is kept in the rejected file with the reason, counted and logged (someone who could edit
   the journal file must not be able to write into another tenant through this writer).
-- ``flush()`` waits until every write accepted so far is committed, journaled or rejected. ``close()`` drains
-  the queue and returns a :class:`WriterReport` (committed, journaled, rejected, the journal's path). At
-  interpreter exit and on SIGTERM every open writer is closed the same way; the SIGTERM handler is installed
-  only when the process has none (the default action), and after draining the default action runs.
+- When the database and the journal both refuse (the journal's disk full, read-only, failing), the writes
+  are held in memory (within ``max_queue``: ``submit`` blocks or raises :class:`QueueFull` as usual) and both
+  are retried (0.5 s to 5 s apart) until either takes them; the thread never stops on an I/O error. One
+  WARNING names the cause when holding starts, one INFO when it ends. Writes still held when the writer is
+  closed (after ``close(timeout)``, or ``shutdown_timeout`` at SIGTERM, exit or ``close()``) are *lost*: counted
+  in the report with their ids, acknowledged ``lost`` with the reason, and named in the final log line.
+- ``journal_first=True``: ``submit`` returns only once the write is fsync'd to the journal (one fsync for
+  the submits waiting together: group commit), and the thread commits from the journal; every accepted
+  write then survives SIGKILL and power loss. ``submit`` raises :class:`pgmem.journal.JournalError` when the
+  journal refuses (the write is not accepted).
+- ``flush()`` waits until every write accepted so far is committed, journaled, rejected or lost. ``close()``
+  drains the queue and returns a :class:`WriterReport` (accepted, committed, journaled, rejected, lost, the
+  journal's path). At interpreter exit and on SIGTERM every open writer is closed the same way; the SIGTERM
+  handler is installed only when the process has none (the default action), and after draining the default
+  action runs.
 
 See docs/durability.md.
 """
@@ -55,7 +66,7 @@ from psycopg_pool import PoolTimeout
 
 from . import validation as v
 from .errors import DatabaseUnavailable, EmbedderError, PgmemError, ValidationError, from_psycopg
-from .journal import Journal, check_name
+from .journal import Journal, JournalError, check_name
 
 log = logging.getLogger("pgmem.writer")
 
@@ -86,8 +97,9 @@ class WriterClosed(PgmemError):
 class Ack:
     """What became of one accepted write. ``status``: ``committed`` (in the database: ``memory_id`` holds it,
     another memory's id when identical content existed, ``created`` False then or on a retry), ``journaled``
-    (fsync'd to the local journal, replayed later) or ``rejected`` (refused for good, ``error`` says why; kept
-    in the rejected file)."""
+    (fsync'd to the local journal, replayed later), ``rejected`` (refused for good, ``error`` says why; kept
+    in the rejected file) or ``lost`` (the writer was closed while the database and the journal both refused
+    it: ``error`` says why; it exists nowhere)."""
 
     id: UUID
     status: str
@@ -101,7 +113,12 @@ class WriterReport:
     """Returned by :meth:`BackgroundWriter.close`. ``committed``: writes this writer stored in the database
     (``replayed`` of them from the journal); ``journaled``: writes waiting in the journal at ``journal_path``
     (replayed by the next writer with this client name); ``rejected``: writes refused for good, kept in
-    ``rejected_path``."""
+    ``rejected_path``; ``lost``: writes accepted but neither committed nor journaled when the writer closed
+    (the database and the journal both refused), their client ids in ``lost_ids``; ``accepted``: writes
+    this writer accepted; ``inherited``: valid writes waiting in the journal when it opened. They add up:
+    ``accepted + inherited == committed + journaled + rejected + lost``. ``damaged``: journal records found
+    damaged (never applied; kept in ``quarantine_path``); ``torn``: a record cut short at the end, dropped
+    (kept there too)."""
 
     committed: int
     journaled: int
@@ -109,6 +126,13 @@ class WriterReport:
     replayed: int
     journal_path: Path
     rejected_path: Path
+    lost: int = 0
+    lost_ids: tuple[UUID, ...] = ()
+    accepted: int = 0
+    inherited: int = 0
+    damaged: int = 0
+    torn: int = 0
+    quarantine_path: Path | None = None
 
     def __str__(self) -> str:
         text = f"pgmem writer: {self.committed} committed"
@@ -117,6 +141,11 @@ class WriterReport:
         text += f", {self.journaled} waiting in the journal {self.journal_path}"
         if self.rejected:
             text += f", {self.rejected} rejected (kept in {self.rejected_path})"
+        if self.damaged or self.torn:
+            text += f", {self.damaged} damaged and {self.torn} torn journal records (kept in {self.quarantine_path})"
+        if self.lost:
+            text += (f", {self.lost} LOST (the database and the journal both refused them; their ids are in "
+                     f"WriterReport.lost_ids, in the acks of status 'lost' and below)")
         return text
 
 
@@ -152,6 +181,9 @@ class BackgroundWriter:
     ``many_users``: False (default) writes for ``memory.user_id`` only (``None``: the user a bound login is
     bound to), and ``submit(user_id=...)`` naming another user raises ValidationError; True makes a gateway
     writer for any user its writes name. Journal lines of another user are refused on replay unless True.
+    ``journal_first``: False (default) keeps accepted writes in memory until they are committed (or journaled
+    when the database fails); True makes ``submit`` return only once the write is fsync'd to the journal
+    (group commit), so that it survives SIGKILL and power loss, at the cost of an fsync per submit or group.
     Raises :class:`pgmem.journal.JournalBusy` when another live writer holds the client name,
     :class:`pgmem.journal.UnsafeJournal` when the journal directory or a file of it is a symbolic link, owned
     by another uid or writable by others.
@@ -161,7 +193,7 @@ class BackgroundWriter:
                  put_timeout: float | None = None, client_name: str | None = None,
                  journal_dir: Path | str | None = None, on_durable: Callable[[list[Ack]], None] | None = None,
                  connect_timeout: float = 5.0, shutdown_timeout: float = 10.0, handle_signals: bool = True,
-                 many_users: bool = False) -> None:
+                 many_users: bool = False, journal_first: bool = False) -> None:
         if not 1 <= int(max_queue):
             raise ValidationError("max_queue must be at least 1", field="max_queue")
         if not 1 <= int(batch_size) <= v.MAX_BATCH:
@@ -177,11 +209,24 @@ class BackgroundWriter:
         self.shutdown_timeout = float(shutdown_timeout)
         self.on_durable = on_durable
         self.many_users = bool(many_users)
+        self.journal_first = bool(journal_first)
         self.client_name = check_name(client_name or default_client_name(memory))
         self.journal = Journal(self.client_name, journal_dir)
+        self.inherited = self.journal.pending
         self._cond = threading.Condition(threading.RLock())  # RLock: the SIGTERM handler may interrupt a holder
         self._queue: deque[_Write] = deque()
         self._inflight: list[_Write] = []
+        self._held: list[_Write] = []  # the database and the journal both refused them: retried, oldest first
+        self._held_cause: str | None = None
+        self._held_trying = 0  # held writes being tried again (out of _held meanwhile)
+        self._held_since = 0.0
+        self._next_retry = 0.0
+        self._retry_backoff = 0.5
+        self._last_taken = 0  # seq of the last write taken from the queue
+        self._gc = threading.Condition(threading.Lock())  # journal_first: the group commit of submits
+        self._gc_buf: list[tuple[dict[str, Any], list]] = []
+        self._gc_leader = False
+        self._pending_since: float | None = None
         self._seq = 0  # writes accepted
         self._done_seq = 0  # every write up to this one is durable
         self._flush_wanted = 0
@@ -195,6 +240,8 @@ class BackgroundWriter:
         self.committed = 0
         self.replayed = 0
         self.rejected = 0
+        self.lost = 0
+        self._lost_ids: list[UUID] = []
         self._report: WriterReport | None = None
         self._close_lock = threading.RLock()
         self._thread = threading.Thread(target=self._run, name=f"pgmem-writer-{self.client_name}", daemon=True)
@@ -231,12 +278,14 @@ class BackgroundWriter:
                  "agent_id": it["agent_id"] or self.memory.agent_id,
                  "session_id": it["session_id"], "expires_at": it["expires_at"], "created_at": it["created_at"],
                  "embedding": it["embedding"], "accepted_at": datetime.now(timezone.utc)}
+        if self.journal_first:
+            return self._submit_journaled(entry)
         wait = self.put_timeout if timeout is ... else timeout
         deadline = None if wait is None else time.monotonic() + wait
         with self._cond:
             while True:
                 self._check_usable()
-                if len(self._queue) < self.max_queue:
+                if len(self._queue) + len(self._held) < self.max_queue:
                     break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if threading.current_thread() is self._thread:
@@ -251,6 +300,45 @@ class BackgroundWriter:
             self._cond.notify_all()
         return UUID(entry["id"])
 
+    def _submit_journaled(self, entry: dict[str, Any]) -> UUID:
+        """journal_first: append ``entry`` to the journal with the submits waiting at the same time (one
+        write and fsync for the group: the first waiter leads, the others wait on it); return once it is
+        durable. Raises JournalError when the journal refused the group (the write is not accepted)."""
+        slot: list = [None]
+        with self._gc:
+            with self._cond:
+                self._check_usable()
+            self._gc_buf.append((entry, slot))
+            while slot[0] is None:
+                if self._gc_leader:
+                    self._gc.wait()
+                    continue
+                self._gc_leader = True
+                group, self._gc_buf = self._gc_buf, []
+                self._gc.release()
+                try:
+                    try:
+                        self.journal.append([e for e, _ in group])
+                        result: Any = True
+                    except JournalError as exc:
+                        result = exc
+                    except Exception as exc:  # noqa: BLE001 - handed to every submit of the group
+                        result = JournalError(f"cannot write the journal {self.journal.path}: {exc}")
+                    if result is True:
+                        with self._cond:
+                            self._seq += len(group)
+                            self._done_seq = self._seq
+                            self._cond.notify_all()
+                finally:
+                    self._gc.acquire()
+                    self._gc_leader = False
+                    for _, s in group:
+                        s[0] = result
+                    self._gc.notify_all()
+        if slot[0] is not True:
+            raise slot[0]
+        return UUID(entry["id"])
+
     def _check_usable(self) -> None:
         if self._closing:
             raise WriterClosed(f"the writer {self.client_name!r} is closed")
@@ -258,8 +346,9 @@ class BackgroundWriter:
             raise PgmemError(f"the writer {self.client_name!r} stopped: {self._failure!r}") from self._failure
 
     def flush(self, timeout: float | None = None) -> int:
-        """Wait until every write accepted before this call is committed, journaled or rejected; returns how
-        many of them are still pending (0 unless ``timeout`` seconds passed first)."""
+        """Wait until every write accepted before this call is committed, journaled, rejected or lost; returns
+        how many of them are still pending (0 unless ``timeout`` seconds passed first: writes held in memory
+        while the database and the journal both refuse stay pending)."""
         self._not_writer_thread("flush")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -276,19 +365,25 @@ class BackgroundWriter:
             return max(0, target - self._done_seq) if not self._abandoned else 0
 
     def stats(self) -> dict[str, int | bool]:
-        """Counters: ``queued`` (in memory), ``committed``, ``replayed``, ``journaled`` (waiting in the journal),
-        ``rejected``, ``offline`` (True while the journal holds writes)."""
+        """Counters: ``accepted``, ``queued`` (in memory, not tried yet), ``held`` (in memory only: the database
+        and the journal both refused them; retried), ``committed``, ``replayed``, ``journaled`` (waiting in the
+        journal), ``rejected``, ``lost``, ``damaged`` and ``torn`` (journal records), ``offline`` (True while
+        the journal holds writes or writes are held)."""
         with self._cond:
-            return {"queued": len(self._queue) + len(self._inflight), "committed": self.committed,
-                    "replayed": self.replayed, "journaled": self.journal.pending if not self.journal.closed else 0,
-                    "rejected": self.rejected, "offline": bool(not self.journal.closed and self.journal.pending)}
+            pending = self.journal.pending if not self.journal.closed else 0
+            return {"accepted": self._seq, "queued": len(self._queue) + len(self._inflight), "held": len(self._held) + self._held_trying,
+                    "committed": self.committed, "replayed": self.replayed, "journaled": pending,
+                    "rejected": self.rejected, "lost": self.lost, "damaged": self.journal.damaged,
+                    "torn": self.journal.torn, "offline": bool(pending or self._held)}
 
     # --- closing ------------------------------------------------------------------------------------------
     def close(self, timeout: float | None = None) -> WriterReport:
         """Stop accepting writes, drain the queue and return a :class:`WriterReport`. With ``timeout``
         (seconds), writes not committed by then are appended to the journal instead (an in-flight batch too:
-        its client ids make a double delivery harmless). Idempotent; the report is logged (a warning when
-        writes wait in the journal or were rejected)."""
+        its client ids make a double delivery harmless). Writes the database and the journal both refuse are
+        retried until ``timeout`` (None: ``shutdown_timeout``) and then reported lost. Idempotent; the report
+        is logged (a warning when writes wait in the journal or were rejected, an error naming the ids when
+        writes were lost)."""
         self._not_writer_thread("close")
         with self._close_lock:
             if self._report is not None:
@@ -311,20 +406,30 @@ class BackgroundWriter:
             # The thread is stuck in a database call: keep everything not yet durable in the journal.
             with self._cond:
                 self._abandoned = True
-                rest = self._inflight + list(self._queue)
+                rest = self._held + self._inflight + list(self._queue)
                 self._queue.clear()
                 self._inflight = []
+                self._held = []
                 self._cond.notify_all()
-            self.journal.append([w.entry for w in rest])
-            self._ack([Ack(UUID(w.entry["id"]), "journaled") for w in rest])
+            try:
+                self.journal.append([w.entry for w in rest])
+            except JournalError as exc:
+                self._lose(rest, f"the writer closed while the database call hung and the journal refused: {exc}")
+            else:
+                self._ack([Ack(UUID(w.entry["id"]), "journaled") for w in rest])
         report = WriterReport(self.committed, self.journal.pending, self.rejected, self.replayed, self.journal.path,
-                              self.journal.rejected_path)
+                              self.journal.rejected_path, lost=self.lost, lost_ids=tuple(self._lost_ids),
+                              accepted=self._seq, inherited=self.inherited, damaged=self.journal.damaged,
+                              torn=self.journal.torn, quarantine_path=self.journal.quarantine_path)
         self.journal.close()
         with self._cond:
             self._report = report
             self._cond.notify_all()
         _unregister(self)
-        (log.warning if report.journaled or report.rejected else log.info)("%s", report)
+        if report.lost:
+            log.error("%s: %s", report, " ".join(str(i) for i in report.lost_ids))
+        else:
+            (log.warning if report.journaled or report.rejected or report.damaged else log.info)("%s", report)
         return report
 
     def __enter__(self) -> BackgroundWriter:
@@ -344,10 +449,18 @@ class BackgroundWriter:
                 batch = self._take()
                 if batch is None:
                     break
-                if self.journal.pending and not self._closing and time.monotonic() >= self._next_replay:
+                now = time.monotonic()
+                if self._held and self._closing and self._past_deadline():
+                    self._give_up()
+                    continue
+                if self.journal.pending and not self._closing and now >= self._next_replay:
                     self._replay()
+                if self._held and now >= self._next_retry:
+                    self._retry_held()
                 if batch:
-                    if self.journal.pending or self._past_deadline():
+                    if self._held:  # behind the held writes, in order
+                        self._hold(batch, None)
+                    elif self.journal.pending or self._past_deadline():
                         self._to_journal(batch)
                     else:
                         self._commit(batch)
@@ -360,23 +473,26 @@ class BackgroundWriter:
             log.exception("pgmem writer %r failed", self.client_name)
             with self._cond:
                 self._failure = exc
-                rest = [] if self._abandoned else self._inflight + list(self._queue)
+                rest = [] if self._abandoned else self._held + self._inflight + list(self._queue)
                 self._queue.clear()
                 self._inflight = []
+                self._held = []
                 self._cond.notify_all()
             try:
                 self.journal.append([w.entry for w in rest])
-                with self._cond:
-                    self._done_seq = self._seq
-                    self._cond.notify_all()
-            except Exception:
-                log.exception("pgmem writer %r could not journal %d writes", self.client_name, len(rest))
+                self._ack([Ack(UUID(w.entry["id"]), "journaled") for w in rest])
+            except Exception as err:
+                self._lose(rest, f"the writer failed ({exc!r}) and the journal refused them: {err}")
+            with self._cond:
+                self._done_seq = self._seq
+                self._cond.notify_all()
 
     def _past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
     def _take(self) -> list[_Write] | None:
-        """The next batch (oldest first); [] when a replay is due; None when closed and drained."""
+        """The next batch (oldest first); [] when a replay or a retry of held writes is due; None when closed
+        and drained."""
         with self._cond:
             first_at = None
             while True:
@@ -384,6 +500,38 @@ class BackgroundWriter:
                     return None
                 n = len(self._queue)
                 now = time.monotonic()
+                if self._held:
+                    if self._queue:  # behind the held ones, in order: in memory only, like them
+                        self._last_taken = self._queue[-1].seq
+                        self._held.extend(self._queue)
+                        self._queue.clear()
+                        self._cond.notify_all()
+                    if self._closing and self._deadline is None:  # close() without a timeout: bounded all the same
+                        self._deadline = now + self.shutdown_timeout
+                    if now >= self._next_retry or (self._closing and self._past_deadline()):
+                        return []
+                    wake = self._next_retry if self._deadline is None else min(self._next_retry, self._deadline)
+                    self._cond.wait(max(0.001, wake - now))
+                    continue
+                if self.journal_first:
+                    if self.journal.pending:
+                        if self._pending_since is None:
+                            self._pending_since = now
+                        due = (self._closing or self.journal.pending >= self.batch_size
+                               or now - self._pending_since >= self.flush_interval)
+                        if due and now >= self._next_replay and not self._closing:
+                            self._pending_since = None
+                            return []
+                        if self._closing:
+                            return None  # the final replay runs after the loop
+                        wake = max(self._next_replay, self._pending_since + self.flush_interval)
+                        self._cond.wait(max(0.001, wake - now))
+                        continue
+                    self._pending_since = None
+                    if self._closing:
+                        return None
+                    self._cond.wait()
+                    continue
                 replaying = self.journal.pending and not self._closing  # closing: one replay at the end
                 if replaying and now >= self._next_replay:
                     return []
@@ -400,15 +548,17 @@ class BackgroundWriter:
                 self._cond.wait(max(0.001, min(waits)) if waits else None)
             batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
             self._inflight = batch
+            self._last_taken = batch[-1].seq
             self._cond.notify_all()  # room in the queue
             return batch
 
-    def _finish(self, batch: list[_Write]) -> None:
+    def _finish(self, batch: list[_Write] | None = None) -> None:
         with self._cond:
             if self._abandoned:
                 return
             self._inflight = []
-            self._done_seq = batch[-1].seq
+            # everything taken so far is durable, rejected or lost, except the held writes (the oldest ones)
+            self._done_seq = self._held[0].seq - 1 if self._held else self._last_taken
             self._cond.notify_all()
 
     def _ack(self, acks: list[Ack]) -> None:
@@ -419,29 +569,113 @@ class BackgroundWriter:
         except Exception:
             log.exception("pgmem writer %r: the on_durable callback failed", self.client_name)
 
-    def _to_journal(self, batch: list[_Write]) -> None:
-        if self._abandoned:
+    def _to_journal(self, batch: list[_Write], cause: BaseException | None = None) -> None:
+        """Append to the journal and acknowledge ``journaled``; when the journal refuses, hold them."""
+        if self._abandoned or not batch:
             return
-        self.journal.append([w.entry for w in batch])
+        if self._held:
+            self._hold(batch, None)
+            return
+        try:
+            self.journal.append([w.entry for w in batch])
+        except JournalError as exc:
+            self._hold(batch, exc, cause)
+            return
         self._ack([Ack(UUID(w.entry["id"]), "journaled") for w in batch])
+
+    def _hold(self, writes: list[_Write], journal_error: BaseException | None,
+              db_error: BaseException | None = None) -> None:
+        """Keep writes in memory, after those already held (the database and the journal both refused)."""
+        with self._cond:
+            first = not self._held and self._held_cause is None
+            self._held.extend(writes)
+            if journal_error is not None and first:
+                self._held_cause = str(journal_error)
+                self._held_since = time.monotonic()
+                self._retry_backoff = 0.5
+                self._next_retry = time.monotonic() + self._retry_backoff
+                db = f"the database ({db_error})" if db_error is not None else "the database (or its replay queue)"
+                log.warning("pgmem writer %r: %s and the journal (%s) both refuse; %d accepted writes are held in "
+                            "memory only (at most max_queue=%d, then submit waits) and retried every 0.5-5 s; "
+                            "writes still held when the writer closes are reported lost", self.client_name, db,
+                            journal_error, len(self._held), self.max_queue)
+
+    def _retry_held(self) -> None:
+        """Try the held writes again, a batch at a time: the database when the journal holds nothing older,
+        else the journal; stop at the first batch refused again (it stays first)."""
+        total = len(self._held)
+        while self._held and not self._abandoned:
+            with self._cond:
+                chunk, rest = self._held[:self.batch_size], self._held[self.batch_size:]
+                self._held = []
+                self._held_trying = len(chunk) + len(rest)
+            if self.journal.pending or self._past_deadline():
+                self._to_journal(chunk)
+            else:
+                self._commit(chunk)
+            with self._cond:
+                self._held_trying = 0
+                if self._held:  # refused again: the rest stays behind it
+                    self._held.extend(rest)
+                    self._retry_backoff = min(5.0, self._retry_backoff * 2)
+                    self._next_retry = time.monotonic() + self._retry_backoff
+                    break
+                self._held = rest
+            self._finish()
+        if not self._held:
+            log.info("pgmem writer %r: the %d writes held in memory are safe again (%s; held %.1f s)",
+                     self.client_name, total, "journaled" if self.journal.pending else "committed",
+                     time.monotonic() - self._held_since)
+            self._held_cause = None
+            self._retry_backoff = 0.5
+        self._finish()
+
+    def _give_up(self) -> None:
+        """Closing, past the deadline, writes still held: one last try of the journal for them and the queue;
+        whatever it refuses is lost (counted, acknowledged, logged with the ids)."""
+        with self._cond:
+            rest = self._held + list(self._queue)
+            self._held = []
+            self._queue.clear()
+            if rest:
+                self._last_taken = rest[-1].seq
+        try:
+            self.journal.append([w.entry for w in rest])
+        except JournalError as exc:
+            self._lose(rest, f"the writer closed while the database and the journal both refused them "
+                             f"(journal: {self._held_cause or exc})")
+        else:
+            self._ack([Ack(UUID(w.entry["id"]), "journaled") for w in rest])
+        self._held_cause = None
+        self._finish()
+
+    def _lose(self, writes: list[_Write], reason: str) -> None:
+        if not writes:
+            return
+        ids = [UUID(w.entry["id"]) for w in writes]
+        with self._cond:
+            self.lost += len(ids)
+            self._lost_ids.extend(ids)
+        self._ack([Ack(i, "lost", error=reason) for i in ids])
 
     def _commit(self, batch: list[_Write]) -> None:
         """Store a batch, one add_many per space (its items name their users); what cannot be stored now goes
-        to the journal."""
+        to the journal (or is held when the journal refuses too)."""
         groups: dict[tuple[str | None, str], list[_Write]] = {}
         for w in batch:
             groups.setdefault(_key(w.entry, self.memory), []).append(w)
         for key, writes in groups.items():
             if self._abandoned:
                 return
-            if self.journal.pending:  # an earlier group of this batch went to the journal
+            if self.journal.pending or self._held:  # an earlier group of this batch went to the journal
                 self._to_journal(writes)
                 continue
             stored, err = self._store(key, [w.entry for w in writes], retry=True)
             if err is not None:
-                log.warning("pgmem writer %r: %s; %d writes go to the journal %s", self.client_name, err,
-                            len(writes) - stored, self.journal.path)
-                self._to_journal(writes[stored:])
+                if self._held_cause is None:
+                    log.warning("pgmem writer %r: %s; %d writes go to the journal %s", self.client_name, err,
+                                len(writes) - stored, self.journal.path)
+                self._to_journal(writes[stored:], err)
                 self._schedule_replay(failed=True)
 
     def _schedule_replay(self, failed: bool) -> None:
@@ -468,7 +702,7 @@ class BackgroundWriter:
                         return i, err
                 return len(entries), None
             if not self._abandoned:
-                self.journal.reject(entries, str(exc))
+                self._keep_rejected(entries[0], str(exc))
                 self.rejected += 1
                 log.error("pgmem writer %r: write %s rejected: %s (kept in %s)", self.client_name,
                           entries[0]["id"], exc, self.journal.rejected_path)
@@ -480,6 +714,18 @@ class BackgroundWriter:
                 self.replayed += len(entries)
             self._ack([Ack(UUID(e["id"]), "committed", r.id, r.created) for e, r in zip(entries, results)])
         return len(entries), None
+
+    def _keep_rejected(self, entry: dict[str, Any], error: str) -> None:
+        """The rejected file; when its disk refuses, the write itself goes into the error log (never dropped
+        without a trace)."""
+        try:
+            self.journal.reject([entry], error)
+        except (OSError, PgmemError) as exc:
+            from .journal import encode
+
+            log.error("pgmem writer %r: cannot keep rejected write %s in %s (%s); the write: %s", self.client_name,
+                      entry.get("id"), self.journal.rejected_path, exc,
+                      encode(entry).decode("utf-8", "replace").rstrip())
 
     def _client(self, key: tuple[str | None, str]) -> Any:
         client = self._clients.get(key)
@@ -531,9 +777,18 @@ class BackgroundWriter:
         while self.journal.pending and not self._abandoned:
             if self._past_deadline():
                 return
-            read = self.journal.read(self.batch_size)
+            try:
+                read = self.journal.read(self.batch_size)
+            except (OSError, JournalError) as exc:
+                log.warning("pgmem writer %r: cannot read the journal %s (%s); retrying", self.client_name,
+                            self.journal.path, exc)
+                self._schedule_replay(failed=True)
+                return
             if not read:
-                self.journal.done(self.journal._offset, self.journal.pending)
+                if self.journal.broken is not None or self.journal._offset < self.journal._durable:
+                    self._schedule_replay(failed=True)  # a damaged record that cannot be quarantined yet
+                    return
+                self.journal.done(self.journal._offset, self.journal.pending)  # the count was off: nothing is left
                 break
             # Runs of consecutive writes of one user and space, so that progress is exact and in order; a line
             # of a user this writer does not write for is a run of its own, refused.
@@ -577,7 +832,7 @@ class BackgroundWriter:
 
     def _refuse(self, entry: dict[str, Any], error: str) -> None:
         """Keep a journal line that must not be applied in the rejected file, counted, logged, acknowledged."""
-        self.journal.reject([entry], error)
+        self._keep_rejected(entry, error)
         self.rejected += 1
         log.error("pgmem writer %r: journal line %s refused: %s (kept in %s)", self.client_name, entry.get("id"),
                   error, self.journal.rejected_path)

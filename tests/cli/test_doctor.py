@@ -18,10 +18,11 @@ runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
+def _clean_env(monkeypatch, tmp_path):
     for name in ("PGMEM_DSN", "PGMEM_USER", "PGMEM_AGENT", "PGMEM_SPACE", "PGMEM_ROLE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("PGMEM_JOURNAL_DIR", str(tmp_path / "journal"))  # never the real per-user directory
 
 
 class BrokenEmbedder:
@@ -70,7 +71,7 @@ def test_healthy_database_passes_and_keeps_nothing(alice, admin, doctor_cli, use
     assert report["healthy"] and report["exit_code"] == 0
     checks = _by_name(report)
     assert list(checks) == ["connection", "server", "pgvector", "migrations", "rls", "roles", "indexes", "space",
-                            "embedder", "function probe"]
+                            "embedder", "function probe", "journals"]
     assert all(c["ok"] for c in report["checks"]), report
     assert "memories" in checks["rls"]["detail"] and "memories_space_" in checks["indexes"]["detail"]
     assert "embedder's vector" in checks["function probe"]["detail"]

@@ -9,6 +9,8 @@ MODE:
 - ``burst``: submit N writes, printing ``C <id>`` or ``J <id>`` as each becomes durable (committed or
   fsync'd to the journal); after N/2 writes are committed the client's pool is closed (the database becomes unreachable
   for this process), so later writes go to the journal. Then wait forever (the test sends SIGKILL).
+- ``journal-first``: a writer with ``journal_first=True``; submit N writes, printing ``A <id>`` as each
+  ``submit`` returns (the write is fsync'd to the journal), then wait forever (the test sends SIGKILL).
 - ``replay``: open a writer with CLIENT_NAME (which replays its journal), close it, print the report as JSON.
 """
 
@@ -41,7 +43,8 @@ def main() -> int:
     writer = memory.writer(client_name=name, journal_dir=journal_dir, max_queue=max(n, 1), batch_size=256,
                            flush_interval=0.05, connect_timeout=2.0,
                            shutdown_timeout=float(os.environ.get("PGMEM_TEST_SHUTDOWN", "10")),
-                           on_durable=on_durable if mode == "burst" else None)
+                           on_durable=on_durable if mode == "burst" else None,
+                           journal_first=mode == "journal-first")
     if mode == "replay":
         report = writer.close()
         print(json.dumps({"committed": report.committed, "replayed": report.replayed,
@@ -53,6 +56,8 @@ def main() -> int:
             writer.flush()  # the first half is committed
             memory.pool.close()  # from here on the database is unreachable for this process
         ids.append(writer.submit(f"{name} write {i}", session_id=f"s{i % 4}", metadata={"i": i}))
+        if mode == "journal-first":
+            print(f"A {ids[-1]}", flush=True)
     if mode in ("queue", "exit"):
         Path(journal_dir).parent.joinpath(f"ids-{name}.txt").write_text("".join(f"{x}\n" for x in ids))
         print("queued", flush=True)

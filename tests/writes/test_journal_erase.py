@@ -121,3 +121,21 @@ def test_missing_directory_and_bad_user(tmp_path):
     assert erase_user("alice", tmp_path / "nope") == {}
     with pytest.raises(ValidationError, match="user_id"):
         erase_user("", tmp_path)
+
+
+def test_erase_removes_the_users_quarantined_records_too(tmp_path):
+    j = Journal("q", tmp_path)
+    j.append([entry("alice", 0), entry("bob", 0), entry("alice", 1)])
+    j.close()
+    data = bytearray((tmp_path / "q.jsonl").read_bytes())
+    data[data.index(b"alice fact 0") + 2] ^= 0x01  # alice's first record damaged: quarantined when opened
+    data[data.index(b"bob fact 0") + 2] ^= 0x01  # and bob's
+    (tmp_path / "q.jsonl").write_bytes(bytes(data))
+    j = Journal("q", tmp_path)
+    assert (j.damaged, j.pending) == (2, 1)
+    j.close()
+    assert b"alice" in (tmp_path / "q.quarantine").read_bytes()
+    removed = erase_user("alice", tmp_path)
+    assert removed[str(tmp_path / "q.quarantine")] == 1 and removed[str(tmp_path / "q.jsonl")] == 2
+    assert b"alice" not in (tmp_path / "q.quarantine").read_bytes()
+    assert b'"user_id":"bob"' in (tmp_path / "q.quarantine").read_bytes()

@@ -84,7 +84,12 @@ def replay(dsn: str, journal_dir: Path, name: str) -> dict:
 
 
 def journal_ids(path: Path) -> list[str]:
-    return [json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines()]
+    """The client ids of a journal's records (every record checked: a damaged one fails the test)."""
+    from pgmem.journal import scan
+
+    records, _ = scan(path.read_bytes())
+    assert {r.kind for r in records} <= {"ok"}, [(r.kind, r.start, r.reason) for r in records if r.kind != "ok"]
+    return [r.entry["id"] for r in records]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -254,7 +259,7 @@ def test_unreachable_database_journals_and_the_next_writer_replays_in_order(make
     assert [r[2] for r in stored if r[1] == "s0"] == [s[2] for s in sent if s[1] == "s0"] + ["after the outage"]
 
 
-def test_journal_drops_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
+def test_journal_drops_a_torn_last_line_and_quarantines_a_damaged_one(tmp_path):
     j = Journal("torn", tmp_path)
     j.append([{"id": str(uuid.uuid4()), "content": f"c{i}"} for i in range(3)])
     j.close()
@@ -269,11 +274,13 @@ def test_journal_drops_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
     j = Journal("torn", tmp_path)  # the replayed offset survives a restart
     assert j.pending == 1 and [e["content"] for e, _ in j.read(10)] == ["c2"]
     j.close()
-    (tmp_path / "bad.jsonl").write_bytes(b'{"id": "1"}\nnot json\n{"id": "3"}\n')
-    j = Journal("bad", tmp_path)
-    with pytest.raises(JournalError, match="damaged at byte 12"):
-        j.read(10)
+    assert j.torn == 0 and (tmp_path / "torn.quarantine").exists()  # counted by the Journal that found it
     j.close()
+    (tmp_path / "bad.jsonl").write_bytes(b'{"id": "1"}\nnot json\n{"id": "3"}\n')
+    j = Journal("bad", tmp_path)  # the damaged line is quarantined; the lines around it replay
+    assert (j.pending, j.damaged) == (2, 1) and [e["id"] for e, _ in j.read(10)] == ["1", "3"]
+    j.close()
+    assert json.loads((tmp_path / "bad.quarantine").read_text())["offset"] == 12
     with pytest.raises(Exception, match="client name"):
         Journal("../escape", tmp_path)
 
