@@ -108,3 +108,81 @@ def test_the_findings_cited_elsewhere_exist():
             cited |= set(re.findall(r"[A-Z]\d+", ref))
     cited |= set(re.findall(r"\bB\d+\b", (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")))
     assert cited and cited <= ids, sorted(cited - ids)
+
+
+def _pgmem_calls(text: str) -> list[str]:
+    """The ``pgmem ...`` command lines of ``text``: lines of its shell code blocks and its inline code spans,
+    each cut at a comment, a pipe, ``&&`` or the end of a ``$(...)``."""
+    calls, fenced, shell = [], False, False
+    for line in text.split("\n"):
+        m = FENCE.match(line.lstrip())
+        if m:
+            fenced = not fenced
+            shell = fenced and line.strip()[3:] in ("bash", "sh", "")
+            continue
+        spans = [line] if fenced and shell else ([] if fenced else re.findall(r"`([^`]+)`", line))
+        for span in spans:
+            span = span.lstrip("$ ").split(" #")[0]
+            inner = re.findall(r"\$\((pgmem [^)]*)\)", span)
+            for part in inner + re.split(r"&&|\||;", re.sub(r"\$\([^)]*\)", "X", span)):
+                part = part.strip()
+                if part.startswith("pgmem ") and part != "pgmem COMMAND":
+                    calls.append(part)
+    return calls
+
+
+def unknown_in_call(call: str) -> list[str]:
+    """The command names and options of ``call`` (``pgmem [global options] COMMAND [SUB] ...``) that pgmem's CLI
+    does not have, read from its click tree (typer). Upper-case words (``DIR``, ``N``) are placeholders."""
+    import shlex
+
+    import typer.main
+
+    from pgmem import cli
+
+    def options(cmd) -> dict[str, bool]:  # option -> takes a value (typer's click, vendored or not)
+        return {o: not p.is_flag and not p.count for p in cmd.params if p.param_type_name == "option"
+                for o in (*p.opts, *p.secondary_opts)}
+
+    cmd = typer.main.get_command(cli.app)
+    known = {**options(cmd), "--help": False, "-h": False}
+    try:
+        words = shlex.split(call.replace("...", ""))[1:]
+    except ValueError:  # a span cut inside a quoted text
+        words = call.replace("...", "").split()[1:]
+    bad, i = [], 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("-") and w != "-":
+            name = w.split("=", 1)[0]
+            if name not in known:
+                bad.append(name)
+            elif known[name] and "=" not in w:
+                i += 1  # its value
+        elif hasattr(cmd, "commands"):
+            sub = cmd.commands.get(w)
+            if sub is None:
+                if not w.isupper():
+                    bad.append(w)
+                break
+            cmd = sub
+            known |= options(cmd)
+        i += 1
+    return bad
+
+
+@pytest.mark.parametrize("path", [REPO / "README.md", REPO / "docs" / "cli.md", REPO / "docs" / "operations.md"],
+                         ids=_rel)
+def test_the_pgmem_commands_the_docs_show_exist_with_their_options(path):
+    calls = _pgmem_calls(path.read_text(encoding="utf-8"))
+    assert len(calls) >= 5, calls
+    wrong = {call: bad for call in calls if (bad := unknown_in_call(call))}
+    assert not wrong, wrong
+
+
+def test_a_misspelt_command_or_option_is_found():
+    assert unknown_in_call("pgmem --user alice search 'x' -k 3") == []
+    assert unknown_in_call("pgmem server start --data-dir /tmp/x") == []
+    assert unknown_in_call("pgmem serch x") == ["serch"]
+    assert unknown_in_call("pgmem search x --limt 3") == ["--limt"]
+    assert unknown_in_call("pgmem server begin") == ["begin"]
