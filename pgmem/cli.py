@@ -1428,7 +1428,7 @@ def serve_(ctx: typer.Context,
                                              "X-Forwarded-For names the client (the failed-login limit is per "
                                              "client address). Default: trust none.", show_default=False)] = None,
            max_in_flight: Annotated[int, typer.Option("--max-in-flight", min=1,
-                                                      help="Requests at once; more get 503.")] = 64,
+                                                      help="Requests at once; more get 503.")] = 32,
            pool_timeout: Annotated[float, typer.Option("--pool-timeout", min=0.01,
                                                        help="Seconds to wait for a database connection.")] = 2.0,
            header_timeout: Annotated[float, typer.Option("--header-timeout", min=0.01,

@@ -198,7 +198,11 @@ async def healthz() -> dict:
 @router.get("/readyz", tags=["health"], summary="Database, migrations and a probe write + search")
 async def readyz(request: Request):
     ready, checks = await service_of(request).readiness()
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    if ready:
+        return JSONResponse({"ready": ready, "checks": checks})
+    # Retry-After by cause: a database that does not answer (5 s), a migration to apply (30 s: an operator's job).
+    wait = 30 if checks.get("database", {}).get("ok") and not checks.get("migrations", {}).get("ok", True) else 5
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=503, headers={"Retry-After": str(wait)})
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -61,9 +61,10 @@ class Settings:
       between writes of the buffered log (1 s).
     - ``session_ttl`` (12 h), ``setup_ttl`` (24 h), ``secure_cookies`` (True; the Secure flag), ``pool_size``
       (10 connections).
-    - Overload (docs/service.md "Overload and slow clients"): ``max_in_flight`` requests at once (64; /healthz
+    - Overload (docs/service.md "Overload and slow clients"): ``max_in_flight`` requests at once (32; /healthz
       excepted), beyond which a request is answered 503 with ``Retry-After: 1`` before any database work;
-      ``key_share``: the fraction of them one API key may hold (0.5; beyond it 429 with ``Retry-After: 1``);
+      ``key_share``: the fraction of them one API key may hold (0.5; once three quarters of them are taken, an equal part
+      per busy key; beyond it 429 with ``Retry-After: 1``);
       ``pool_timeout``: seconds a request waits for a pooled connection (2 s; then 503 with ``Retry-After: 2``).
     - ``key_cache_ttl``: seconds a verified (or unknown) API key is remembered (5 s): the rate check of a known key
       costs no query; a key revoked in this process's dashboard stops at once, one revoked elsewhere (another
@@ -95,7 +96,7 @@ class Settings:
     secure_cookies: bool = True
     pool_size: int = 10
     forwarded_allow_ips: str | None = None
-    max_in_flight: int = 64
+    max_in_flight: int = 32
     key_share: float = 0.5
     pool_timeout: float = 2.0
     key_cache_ttl: float = 5.0
@@ -509,8 +510,8 @@ class Guard:
     serve (400) and bodies above the limit (413, by Content-Length or while reading a chunked body).
 
     Admission: at most ``max_in_flight`` requests at once (/healthz excepted); one more is answered 503 with
-    ``Retry-After: 1`` at once, before its key is looked up; an API key holding ``key_slots()`` of them gets 429
-    with ``Retry-After: 1``. Every 503 and 429 leaves with a ``Retry-After`` (5 s when nothing more precise is
+    ``Retry-After: 1`` at once, before its key is looked up; an API key holding its share of them (:meth:`share`)
+    gets 429 with ``Retry-After: 1``. Every 503 and 429 leaves with a ``Retry-After`` (5 s when nothing more precise is
     known)."""
 
     def __init__(self, app: Any, service: Service) -> None:
@@ -521,6 +522,15 @@ class Guard:
         self.key_slots = service.settings.key_slots()
         self.in_flight = 0
         self.per_key: dict[str, int] = {}
+
+    def share(self, prefix: str) -> int:
+        """The requests in flight the key ``prefix`` may hold now: ``key_slots()`` at most, and once the service
+        is three quarters full, an equal part of the bound for each key with requests in flight (this one
+        included)."""
+        if self.in_flight <= self.max_in_flight * 3 // 4:
+            return self.key_slots
+        active = len(self.per_key) + (prefix not in self.per_key)
+        return min(self.key_slots, max(1, self.max_in_flight // active))
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -554,9 +564,10 @@ class Guard:
                 refusal = await self._authenticate(scope, state)
                 prefix = state.get("key_prefix")
                 if refusal is None and prefix is not None:
-                    if self.per_key.get(prefix, 0) >= self.key_slots:
-                        refusal = ShareExceeded(f"this API key already has {self.key_slots} requests in flight, its "
-                                                f"share of the service's {self.max_in_flight}", retry_after=1)
+                    share = self.share(prefix)
+                    if self.per_key.get(prefix, 0) >= share:
+                        refusal = ShareExceeded(f"this API key already has {share} requests in flight, its share of "
+                                                f"the service's {self.max_in_flight}", retry_after=1)
                     else:
                         held = prefix
                         self.per_key[prefix] = self.per_key.get(prefix, 0) + 1
