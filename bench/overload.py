@@ -63,6 +63,12 @@ def run_server(dsn: str, port: int, lines, log_path: str) -> None:
     uvicorn.run(create_app(settings), **uvicorn_options(settings))
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -121,6 +127,11 @@ class Pool:
                 self.idle.append(conn)
             return out
 
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.writer.close()
+        self.idle.clear()
+
 
 def pick(rnd: random.Random, users, keys, ids) -> tuple[str, str, str, dict | None, str]:
     user = users[rnd.randrange(len(users))]
@@ -157,6 +168,8 @@ async def capacity(port, keys, ids, clients: int, seconds: float) -> dict:
                 errors += 1
             if conn.writer is None:
                 conn = await connect(port)
+        if conn.writer is not None:
+            conn.writer.close()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(client(i) for i in range(clients)))
@@ -226,6 +239,7 @@ async def overload(port, keys, ids, rate: float, seconds: float, give_up: float 
         tasks.append(asyncio.create_task(one(method, path, keys[user], body, op)))
         sent += 1
     await asyncio.gather(*tasks, polite_task)
+    pool.close()
     return {"offered_per_s": sent / seconds, "sent": sent, "answered": answered, "within_5s": within5,
             "timed_out": timed_out, "served": len(served), "served_per_s": len(served) / seconds,
             "served_p99_ms": percentile(served, 99) * 1000, "refused": refused,
@@ -340,12 +354,17 @@ def main(argv=None) -> int:
         keys = bootstrap_keys(f"http://127.0.0.1:{port}", lines, users)
         result: dict = {"settings": "pgmem serve defaults; rate limit off; server ulimit -n 1024"}
         rss0 = rss_mib(proc.pid)
+        c0, b0 = cpu_s(proc.pid), time.process_time()
         cap = asyncio.run(capacity(port, keys, ids, args.clients, args.seconds))
+        cap.update(service_cpu_s=cpu_s(proc.pid) - c0, bench_cpu_s=time.process_time() - b0)
         result["capacity"] = cap
         print(f"capacity: {args.clients} closed-loop clients, {args.seconds:g} s: {cap['served_per_s']:.0f} served/s, "
-              f"p50 {cap['p50_ms']:.0f} ms, p99 {cap['p99_ms']:.0f} ms, {cap['errors']} errors")
+              f"p50 {cap['p50_ms']:.0f} ms, p99 {cap['p99_ms']:.0f} ms, {cap['errors']} errors; CPU s: service "
+              f"{cap['service_cpu_s']:.1f}, this bench {cap['bench_cpu_s']:.1f}")
         rss1 = rss_mib(proc.pid)
+        c0, b0 = cpu_s(proc.pid), time.process_time()
         ov = asyncio.run(overload(port, keys, ids, args.factor * cap["served_per_s"], args.seconds))
+        ov.update(service_cpu_s=cpu_s(proc.pid) - c0, bench_cpu_s=time.process_time() - b0)
         rss2 = rss_mib(proc.pid)
         with psycopg.connect(dsn, autocommit=True) as conn:
             late = conn.execute("SELECT count(*) FROM pgmem.memories WHERE content = ANY(%s)",
@@ -362,7 +381,8 @@ def main(argv=None) -> int:
         result["ratios"] = ratios
         print(f"overload: {ov['offered_per_s']:.0f} offered/s ({args.factor:g} x capacity) for {args.seconds:g} s: "
               f"{ov['served_per_s']:.0f} served/s, refused {ov['refused']}, {ov['timed_out']} unanswered after 10 s, "
-              f"{ov['retry_after_missing']} 503/429 without Retry-After")
+              f"{ov['retry_after_missing']} 503/429 without Retry-After; CPU s: service {ov['service_cpu_s']:.1f}, "
+              f"this bench {ov['bench_cpu_s']:.1f}")
         print(f"  answered within 5 s          {ratios['answered_within_5s']:.3f}   (want 1.0)")
         print(f"  served throughput / capacity {ratios['served_throughput_over_capacity']:.2f}    (want >= 0.9)")
         print(f"  served p99 / capacity p99    {ratios['served_p99_over_capacity_p99']:.2f}    (want <= 3)")
@@ -370,6 +390,7 @@ def main(argv=None) -> int:
               f"{ov['polite_requests']} requests)")
         print(f"  RSS growth                   {ratios['rss_growth_mib']:.1f} MiB (want < 64; {rss0:.0f} MiB at start)")
         print(f"  adds stored after their client gave up: {late}")
+        time.sleep(2.0)  # the overload's connections closed on both sides
         log_before = Path(log_path).read_text(errors="replace")
         sc = asyncio.run(slow_clients(port, keys[users[0]], ids[users[0]][0], args.slow, max(15.0, args.seconds)))
         time.sleep(1.0)

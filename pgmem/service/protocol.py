@@ -110,10 +110,11 @@ class DeadlineProtocol(H11Protocol):
         self.close_timed_out(f"the request's {phase} did not arrive within {seconds:g} s")
 
     def close_timed_out(self, message: str) -> None:
-        """Answer 408 (unless a response has begun) and close the connection."""
+        """Answer 408 (unless this request's response has begun) and close the connection."""
         cycle = self.cycle
-        started = cycle is not None and cycle.response_started and not cycle.response_complete
-        if not started:
+        # Still sending headers: the last cycle, if any, is a finished request. Sending a body: no 408 after the
+        # application's own answer (a 401 sent before the body was read, say).
+        if self.conn.their_state is h11.IDLE or cycle is None or not cycle.response_started:
             body = _body(message)
             self.transport.write(TIMEOUT_RESPONSE % (len(body), body))
         if cycle is not None and not cycle.response_complete:
