@@ -72,9 +72,14 @@ def run_server(dsn: str, port: int, lines) -> None:
     from pgmem.service import Settings, create_app
     from pgmem.testing import HashEmbedder
 
-    settings = Settings(dsn=dsn, port=port, space=SPACE, embedder=HashEmbedder(DIMS), rate_limit=1e9,
+    settings = Settings(dsn=dsn, host="127.0.0.1", port=port, space=SPACE, embedder=HashEmbedder(DIMS), rate_limit=1e9,
                         rate_burst=10 ** 9, pool_size=16, announce=lines.append)
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    try:  # as pgmem serve runs it (its HTTP protocol with the receive deadlines, where this pgmem has them)
+        from pgmem.service.app import uvicorn_options
+    except ImportError:
+        uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+        return
+    uvicorn.run(create_app(settings), **uvicorn_options(settings))
 
 
 def worker(i: int, call, users: list[str], ids: dict[str, list[str]], stop: float, out: dict) -> None:

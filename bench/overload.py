@@ -3,8 +3,8 @@
 
     python bench/overload.py [--seconds 15] [--clients 24] [--factor 2.5] [--slow 1100] [--json FILE]
 
-1. A fresh database (``pgmem_bench_overload``, made as bench/load_http.py makes its own: 4 users of 200 memories each) and
-   ``pgmem serve`` in a process of its own with the defaults of ``pgmem serve`` (in-flight bound, pool wait,
+1. A fresh database (``pgmem_bench_overload``, made as bench/load_http.py makes its own: 4 users of 200
+   memories each) and ``pgmem serve`` in a process of its own with the defaults of ``pgmem serve`` (in-flight bound, pool wait,
    header/body deadlines; the rate limit off, so that admission is what is measured), its open-files limit
    lowered to 1024 (``ulimit -n 1024``) and its stderr kept in a file.
 2. **Capacity**: ``--clients`` closed-loop clients (one request at a time each, keep-alive) for ``--seconds``,

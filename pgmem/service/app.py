@@ -63,8 +63,8 @@ class Settings:
       (10 connections).
     - Overload (docs/service.md "Overload and slow clients"): ``max_in_flight`` requests at once (32; /healthz
       excepted), beyond which a request is answered 503 with ``Retry-After: 1`` before any database work;
-      ``key_share``: the fraction of them one API key may hold (0.5; once three quarters of them are taken, an equal part
-      per busy key; beyond it 429 with ``Retry-After: 1``);
+      ``key_share``: the fraction of them one API key may hold (0.5; once three quarters of them are taken, an
+      equal part per busy key; beyond it 429 with ``Retry-After: 1``);
       ``pool_timeout``: seconds a request waits for a pooled connection (2 s; then 503 with ``Retry-After: 2``).
     - ``key_cache_ttl``: seconds a verified (or unknown) API key is remembered (5 s): the rate check of a known key
       costs no query; a key revoked in this process's dashboard stops at once, one revoked elsewhere (another
@@ -511,8 +511,8 @@ class Guard:
 
     Admission: at most ``max_in_flight`` requests at once (/healthz excepted); one more is answered 503 with
     ``Retry-After: 1`` at once, before its key is looked up; an API key holding its share of them (:meth:`share`)
-    gets 429 with ``Retry-After: 1``. Every 503 and 429 leaves with a ``Retry-After`` (5 s when nothing more precise is
-    known)."""
+    gets 429 with ``Retry-After: 1``. Every 503 and 429 leaves with a ``Retry-After`` (5 s when nothing more
+    precise is known)."""
 
     def __init__(self, app: Any, service: Service) -> None:
         self.app, self.service = app, service
@@ -546,8 +546,9 @@ class Guard:
                 status["code"] = message["status"]
                 if dashboard_page:
                     message["headers"] = list(message.get("headers", [])) + DASHBOARD_HEADERS
-                if message["status"] in (429, 503) and not any(k.lower() == b"retry-after" for k, _ in message.get("headers", ())):
-                    message["headers"] = list(message.get("headers", [])) + [(b"retry-after", b"5")]
+                headers = message.get("headers", ())
+                if message["status"] in (429, 503) and not any(k.lower() == b"retry-after" for k, _ in headers):
+                    message["headers"] = list(headers) + [(b"retry-after", b"5")]
             await send(message)
 
         CLIENT_GONE.set(scope.get("pgmem.gone"))

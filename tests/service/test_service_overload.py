@@ -252,6 +252,24 @@ def test_accept_failures_are_logged_once_a_second_with_a_count(caplog):
     assert handler.count == 999  # counted for the next report
 
 
+def test_retry_after_reflects_the_cause():
+    """The causes a test cannot produce cheaply on a live service (an outage, a provider, a schema), by value."""
+    from pgmem.errors import DatabaseUnavailable, EmbedderError, SchemaError, ValidationError
+    from pgmem.service.app import error_response
+    from pgmem.service.errors import Overloaded, RateLimited
+
+    def header(exc):
+        return error_response(exc).headers.get("retry-after")
+
+    assert header(DatabaseUnavailable("database unavailable: connection refused")) == "5"
+    assert header(EmbedderError("provider down")) == "10"
+    assert header(SchemaError("migration missing")) == "30"
+    assert header(Overloaded("full", retry_after=1)) == "1"
+    assert header(RateLimited("slow down", retry_after=0.2)) == "1"
+    assert header(RateLimited("slow down", retry_after=3.5)) == "4"
+    assert header(ValidationError("bad")) is None  # a 422 says nothing about retrying
+
+
 def _guard(s):
     """The service's Guard middleware instance (the outermost one)."""
     from pgmem.service.app import Guard
