@@ -88,8 +88,11 @@ def test_a_key_revoked_elsewhere_stops_within_the_cache_ttl(dsn, admin):
             key_id = admin.execute("SELECT key_id FROM pgmem.service_keys").fetchone()[0]
             admin.execute("SELECT pgmem.service_key_revoke(%s)", (key_id,))
             revoked = time.monotonic()
-            while c.get("/v1/whoami").status_code == 200:
-                assert time.monotonic() - revoked < 1.0 + 0.5, "the revoked key still works past key_cache_ttl"
+            while True:
+                sent = time.monotonic() - revoked  # when the request left, not when its answer came
+                if c.get("/v1/whoami").status_code != 200:
+                    break
+                assert sent < 1.0 + 0.25, "the revoked key still works past key_cache_ttl"
                 time.sleep(0.05)
             assert c.get("/v1/whoami").status_code == 401
 
@@ -192,7 +195,7 @@ def test_a_socket_that_never_finishes_its_headers_is_closed_after_the_deadline(d
         partial = raw(s, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         silent = raw(s, b"")
         got, closed_after = read_all(partial, within=5)
-        assert closed_after is not None and 0.8 < closed_after < 3, closed_after
+        assert closed_after is not None and 0.8 < closed_after < 5, closed_after
         assert got.startswith(b"HTTP/1.1 408 ")
         _, silent_closed = read_all(silent, within=5)
         assert silent_closed is not None
@@ -227,7 +230,7 @@ def test_a_body_sent_too_slowly_is_refused(dsn, admin):
             pass
         got, _ = read_all(sock, within=3)
         assert got.startswith(b"HTTP/1.1 408 "), got
-        assert time.monotonic() - t0 < 4
+        assert time.monotonic() - t0 < 8
         assert admin.execute("SELECT count(*) FROM pgmem.memories").fetchone()[0] == 0
         with api(s, key) as c:  # the service goes on
             assert c.post("/v1/memories", json={"content": "in time"}).status_code == 201
