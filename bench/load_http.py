@@ -72,9 +72,14 @@ def run_server(dsn: str, port: int, lines) -> None:
     from pgmem.service import Settings, create_app
     from pgmem.testing import HashEmbedder
 
-    settings = Settings(dsn=dsn, port=port, space=SPACE, embedder=HashEmbedder(DIMS), rate_limit=1e9,
+    settings = Settings(dsn=dsn, host="127.0.0.1", port=port, space=SPACE, embedder=HashEmbedder(DIMS), rate_limit=1e9,
                         rate_burst=10 ** 9, pool_size=16, announce=lines.append)
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    try:  # as pgmem serve runs it (its HTTP protocol with the receive deadlines, where this pgmem has them)
+        from pgmem.service.app import uvicorn_options
+    except ImportError:
+        uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+        return
+    uvicorn.run(create_app(settings), **uvicorn_options(settings))
 
 
 def worker(i: int, call, users: list[str], ids: dict[str, list[str]], stop: float, out: dict) -> None:
@@ -161,6 +166,41 @@ def run(call_factory, clients: int, seconds: float, users: list[str], ids) -> di
             "added": [a for r in out.values() for a in r["added"]]}
 
 
+def bootstrap_keys(url: str, lines, users: list[str]) -> dict[str, str]:
+    """Create the administrator through the setup link the service printed (in ``lines``) and issue one API
+    key per user in the dashboard: ``{user: key}``."""
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(url + "/healthz").status_code == 200 and any("token=" in line for line in lines):
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            sys.exit("the service did not start")
+        time.sleep(0.1)
+    link = next(re.search(r"(http://\S+token=\S+)", line).group(1) for line in lines if "token=" in line)
+    ui = httpx.Client(base_url=url, timeout=30)
+    page = ui.get(link[len(url):])
+    csrf_cookie = page.cookies.get("pgmem_csrf") or re.search(r"pgmem_csrf=([^;]+)", page.headers["set-cookie"]).group(1)
+    token = link.split("token=")[1]
+    pw = "bench password 123"
+    r = ui.post("/ui/setup", data={"token": token, "username": "bench", "password": pw, "password2": pw,
+                                   "csrf": csrf_cookie}, headers={"Cookie": f"pgmem_csrf={csrf_cookie}"})
+    session = re.search(r"pgmem_session=([^;]+)", r.headers["set-cookie"]).group(1)
+    keys = {}
+    for u in users:
+        cookie = {"Cookie": f"pgmem_session={session}"}
+        page = ui.get("/ui/keys", headers=cookie)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+        r = ui.post("/ui/keys", data={"label": f"bench {u}", "kind": "user", "user": u, "scope": "write", "csrf": csrf},
+                    headers=cookie)
+        keys[u] = re.search(r'id="new-key">([^<]+)<', r.text).group(1).strip()
+    return keys
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=16)
@@ -199,23 +239,7 @@ def main(argv=None) -> int:
         if time.monotonic() > deadline:
             sys.exit("the service did not start")
         time.sleep(0.1)
-    link = next(re.search(r"(http://\S+token=\S+)", line).group(1) for line in lines if "token=" in line)
-    ui = httpx.Client(base_url=url, timeout=30)
-    page = ui.get(link[len(url):])
-    csrf_cookie = page.cookies.get("pgmem_csrf") or re.search(r"pgmem_csrf=([^;]+)", page.headers["set-cookie"]).group(1)
-    token = link.split("token=")[1]
-    pw = "bench password 123"
-    r = ui.post("/ui/setup", data={"token": token, "username": "bench", "password": pw, "password2": pw,
-                                   "csrf": csrf_cookie}, headers={"Cookie": f"pgmem_csrf={csrf_cookie}"})
-    session = re.search(r"pgmem_session=([^;]+)", r.headers["set-cookie"]).group(1)
-    keys = {}
-    for u in users:
-        cookie = {"Cookie": f"pgmem_session={session}"}
-        page = ui.get("/ui/keys", headers=cookie)
-        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
-        r = ui.post("/ui/keys", data={"label": f"bench {u}", "kind": "user", "user": u, "scope": "write", "csrf": csrf},
-                    headers=cookie)
-        keys[u] = re.search(r'id="new-key">([^<]+)<', r.text).group(1).strip()
+    keys = bootstrap_keys(url, lines, users)
 
     print(f"{args.clients} clients, {args.seconds:g} s each, {args.users} users; mix 50% search, 30% add, 20% get")
     http = run(lambda i: HttpCalls(url, keys), args.clients, args.seconds, users, ids)

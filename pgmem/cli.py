@@ -1430,6 +1430,16 @@ def serve_(ctx: typer.Context,
                "--forwarded-allow-ips", help="Behind a reverse proxy: its address(es), comma-separated, whose "
                                              "X-Forwarded-For names the client (the failed-login limit is per "
                                              "client address). Default: trust none.", show_default=False)] = None,
+           max_in_flight: Annotated[int, typer.Option("--max-in-flight", min=1,
+                                                      help="Requests at once; more get 503.")] = 32,
+           pool_timeout: Annotated[float, typer.Option("--pool-timeout", min=0.01,
+                                                       help="Seconds to wait for a database connection.")] = 2.0,
+           header_timeout: Annotated[float, typer.Option("--header-timeout", min=0.01,
+                                                         help="Seconds to send a request's headers.")] = 10.0,
+           body_timeout: Annotated[float, typer.Option("--body-timeout", min=0.01,
+                                                       help="Seconds to send a request's body.")] = 30.0,
+           key_cache_ttl: Annotated[float, typer.Option("--key-cache-ttl", min=0,
+                                                        help="Seconds a verified API key is cached.")] = 5.0,
            dsn: DsnOpt = None, space: SpaceOpt = None) -> None:
     """The HTTP API (OpenAPI docs at /docs) and the web dashboard (/ui), on FastAPI and uvicorn. Connects as
     pgmem_gateway and acts per request for the user of the request's API key. On first start it prints a
@@ -1444,7 +1454,9 @@ def serve_(ctx: typer.Context,
     serve(Settings(dsn=o.dsn, host=host, port=port, public_url=public_url, cors_origins=tuple(cors_origin or ()),
                    allowed_hosts=tuple(allowed_host or ()), space=o.space, max_body_bytes=max_body,
                    rate_limit=rate_limit, rate_burst=rate_burst, audit_retention=_td(days=audit_days),
-                   secure_cookies=not insecure_cookies, forwarded_allow_ips=forwarded_allow_ips))
+                   secure_cookies=not insecure_cookies, forwarded_allow_ips=forwarded_allow_ips,
+                   max_in_flight=max_in_flight, pool_timeout=pool_timeout, header_timeout=header_timeout,
+                   body_timeout=body_timeout, key_cache_ttl=key_cache_ttl))
 
 
 @app.command("install-plugin")

@@ -93,12 +93,13 @@ async def principal(request: Request) -> Principal:
 
 async def lookup_principal(request: Request) -> Principal:
     """The API key of this request (``Authorization: Bearer``, ``Authorization: Token`` or ``X-API-Key``),
-    looked up by its SHA-256 digest; 401 without one or for an unknown or revoked key; 429 over its rate."""
+    looked up by its SHA-256 digest (the answer kept ``key_cache_ttl`` seconds, so the rate check of a known key
+    costs no query); 401 without one or for an unknown or revoked key; 429 over its rate."""
     key = _credential(request)
     if not key:
         raise Unauthorized("an API key is required", hint="send Authorization: Bearer <key>; keys are issued in the dashboard")
     service = service_of(request)
-    p = await service.store.key_lookup(key)
+    p = await service.keys.lookup(key)  # from the cache of verified keys when fresh: no query
     if p is None:
         raise Unauthorized("unknown or revoked API key")
     request.state.key_prefix = p.prefix
@@ -197,7 +198,11 @@ async def healthz() -> dict:
 @router.get("/readyz", tags=["health"], summary="Database, migrations and a probe write + search")
 async def readyz(request: Request):
     ready, checks = await service_of(request).readiness()
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    if ready:
+        return JSONResponse({"ready": ready, "checks": checks})
+    # Retry-After by cause: a database that does not answer (5 s), a migration to apply (30 s: an operator's job).
+    wait = 30 if checks.get("database", {}).get("ok") and not checks.get("migrations", {}).get("ok", True) else 5
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=503, headers={"Retry-After": str(wait)})
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -516,6 +521,7 @@ async def erase_user(request: Request, user_id: str) -> dict:
     counts = await maintainer.erase_user(user_id)
     service.audit.pending = [e for e in service.audit.pending if e.get("user_id") != user_id]
     revoked = await service.store.user_forget(user_id)
+    service.keys.forget(user_id=user_id)
     request.state.user_id = None
     return {"erased": counts, "keys_revoked": revoked}
 

@@ -11,6 +11,7 @@ The service connects as ``pgmem_gateway`` (``SET ROLE`` on every pooled connecti
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import sys
@@ -24,13 +25,20 @@ from urllib.parse import urlsplit
 
 from ..client import GATEWAY_ROLE
 from ..errors import PgmemError, ValidationError, redact_dsn
-from .errors import BadJson, BadRequest, MethodNotAllowed, PayloadTooLarge, RateLimited, RouteNotFound, body_of, status_of
-from .store import HEALTH_USER, Store
+from .errors import (
+    BadJson, BadRequest, ClientGone, MethodNotAllowed, Overloaded, PayloadTooLarge, RateLimited, RouteNotFound,
+    ShareExceeded, body_of, retry_after_of, status_of,
+)
+from .store import HEALTH_USER, Principal, Store
 
 log = logging.getLogger("pgmem.serve")
 
 HEALTH_SPACE = "pgmem-health"
 HEALTH_MODEL = "pgmem-health-probe"
+
+# Per request: a callable telling whether the client has disconnected (pgmem.service.protocol puts it in the
+# scope); the pool refuses such a request a connection.
+CLIENT_GONE: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar("pgmem_client_gone", default=None)
 
 
 @dataclass
@@ -53,6 +61,17 @@ class Settings:
       between writes of the buffered log (1 s).
     - ``session_ttl`` (12 h), ``setup_ttl`` (24 h), ``secure_cookies`` (True; the Secure flag), ``pool_size``
       (10 connections).
+    - Overload (docs/service.md "Overload and slow clients"): ``max_in_flight`` requests at once (32; /healthz
+      excepted), beyond which a request is answered 503 with ``Retry-After: 1`` before any database work;
+      ``key_share``: the fraction of them one API key may hold (0.5; once three quarters of them are taken, an
+      equal part per busy key; beyond it 429 with ``Retry-After: 1``);
+      ``pool_timeout``: seconds a request waits for a pooled connection (2 s; then 503 with ``Retry-After: 2``).
+    - ``key_cache_ttl``: seconds a verified (or unknown) API key is remembered (5 s): the rate check of a known key
+      costs no query; a key revoked in this process's dashboard stops at once, one revoked elsewhere (another
+      process, SQL) within this many seconds.
+    - ``header_timeout`` / ``body_timeout``: seconds a client has to send a request's headers (10 s, counted from
+      the connection or the request's first byte) and then its whole body (30 s); past them the server answers
+      408 and closes the connection (pgmem.service.protocol, on uvicorn's h11 protocol).
     - ``forwarded_allow_ips``: the addresses of the reverse proxies whose ``X-Forwarded-For`` names the client
       (uvicorn's ``forwarded_allow_ips``, comma-separated; None: trust none, the address is the peer's). Behind a
       proxy, set it to the proxy's address: the dashboard's failed-login limit is per client address, and
@@ -77,6 +96,12 @@ class Settings:
     secure_cookies: bool = True
     pool_size: int = 10
     forwarded_allow_ips: str | None = None
+    max_in_flight: int = 32
+    key_share: float = 0.5
+    pool_timeout: float = 2.0
+    key_cache_ttl: float = 5.0
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
     announce: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
     def base_url(self) -> str:
@@ -99,6 +124,17 @@ class Settings:
             raise ValidationError("the body limit must be at least 1024 bytes", field="max_body_bytes")
         if self.rate_limit <= 0 or self.rate_burst < 1:
             raise ValidationError("the rate limit must be positive", field="rate_limit")
+        if self.max_in_flight < 1 or not 0 < self.key_share <= 1:
+            raise ValidationError("max_in_flight must be at least 1 and key_share in (0, 1]", field="max_in_flight")
+        for name in ("pool_timeout", "header_timeout", "body_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValidationError(f"{name} must be a positive number of seconds", field=name)
+        if self.key_cache_ttl < 0:
+            raise ValidationError("key_cache_ttl must be 0 (no cache) or more seconds", field="key_cache_ttl")
+
+    def key_slots(self) -> int:
+        """The requests in flight one API key may hold: ``key_share`` of ``max_in_flight``, at least 1."""
+        return max(1, int(self.max_in_flight * self.key_share))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -130,6 +166,71 @@ class RateLimiter:
         self._buckets[key] = (tokens - 1.0, now)
         if len(self._buckets) > 100_000:  # forget idle keys rather than grow without bound
             self._buckets = {k: b for k, b in self._buckets.items() if now - b[1] < 60}
+
+
+class KeyCache:
+    """API keys as the database last answered for them (a Principal, or None for an unknown or revoked key),
+    keyed by the key's SHA-256 digest and kept ``ttl`` seconds (0: no cache), at most ``limit`` entries.
+
+    A key revoked through this process (the dashboard, an erasure) is forgotten at once (:meth:`forget`); one
+    revoked elsewhere stops working within ``ttl`` seconds. Unknown keys are remembered too, so a flood of made-up
+    keys costs one query per distinct key and ``ttl``."""
+
+    def __init__(self, store_of: Callable[[], Store], ttl: float, limit: int = 10_000) -> None:
+        self.store_of, self.ttl, self.limit = store_of, ttl, limit
+        self._entries: dict[bytes, tuple[float, Principal | None]] = {}
+        self.queries = 0
+
+    async def lookup(self, key: str) -> Principal | None:
+        from .store import digest
+
+        d = digest(key)
+        now = time.monotonic()
+        hit = self._entries.get(d)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        self.queries += 1
+        p = await self.store_of().key_lookup(key)
+        if self.ttl > 0:
+            if len(self._entries) >= self.limit:
+                self._entries = {k: e for k, e in self._entries.items() if e[0] > now}
+                if len(self._entries) >= self.limit:
+                    self._entries.clear()
+            self._entries[d] = (now + self.ttl, p)
+        return p
+
+    def forget(self, *, key_id: int | None = None, user_id: str | None = None) -> None:
+        """Drop the cached keys with ``key_id``, or of (or naming) ``user_id``."""
+        self._entries = {d: e for d, e in self._entries.items() if e[1] is None or not (
+            key_id is not None and e[1].key_id == key_id
+            or user_id is not None and (e[1].user_id == user_id or user_id in e[1].users))}
+
+
+class AcceptFailures:
+    """The event loop's exception handler for failed ``accept()`` calls (EMFILE/ENFILE: out of file
+    descriptors): one warning per second at most, with the number of failures since the last one, instead of a
+    traceback per attempt; any other exception goes to the loop's default handler."""
+
+    def __init__(self, interval: float = 1.0, on_failure: Callable[[], Any] | None = None) -> None:
+        self.interval, self.on_failure = interval, on_failure
+        self.count = 0
+        self.logged = 0
+        self._last = 0.0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        if "accept" not in str(context.get("message", "")):
+            return loop.default_exception_handler(context)
+        self.count += 1
+        if self.on_failure is not None:
+            self.on_failure()
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            exc = context.get("exception")
+            log.warning("accept() failed %d times since the last report (%s); new connections wait", self.count,
+                        exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+            self.logged += 1
+            self.count = 0
 
 
 class AuditLog:
@@ -190,6 +291,10 @@ class Service:
         self.mem: AsyncMemory = None  # type: ignore[assignment]  # opened by start()
         self.store: Store = None  # type: ignore[assignment]
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst)
+        self.keys = KeyCache(lambda: self.store, settings.key_cache_ttl)
+        # Out of file descriptors: close the connections that have waited longest for their headers.
+        self.accept_failures = AcceptFailures(on_failure=lambda: _shed(settings))
+        self.checkouts = 0  # pooled connections handed to requests and background work: database work begun
         self.login_limiter = RateLimiter(0.2, 10)  # failed dashboard logins per client address: 10, then one per 5 s
         self.audit = AuditLog(None, settings.audit_flush_interval)  # type: ignore[arg-type]
         self.setup_link: str | None = None
@@ -207,6 +312,8 @@ class Service:
         self.store = Store(self.mem)
         self.audit.store = self.store
         await self.mem.open()
+        self._bound_pool(self.mem.pool)
+        asyncio.get_running_loop().set_exception_handler(self.accept_failures)
         token = await self.store.setup_begin(self.settings.setup_ttl)
         if token is not None:
             self.setup_link = f"{self.settings.base_url()}/ui/setup?token={token}"
@@ -220,6 +327,22 @@ class Service:
         self._purge_task = asyncio.create_task(self._purge_loop(), name="pgmem-audit-purge")
         self.settings.announce(f"pgmem serve: API and dashboard on {self.settings.base_url()} "
                                f"(OpenAPI docs at {self.settings.base_url()}/docs)")
+
+    def _bound_pool(self, pool: Any) -> None:
+        """Bound the pool's wait (``pool_timeout``: psycopg_pool then raises PoolTimeout, answered 503 with
+        Retry-After) and refuse a connection to a request whose client has gone (:data:`CLIENT_GONE`), so it
+        begins no database work; count the connections handed out (:attr:`checkouts`)."""
+        pool.timeout = self.settings.pool_timeout
+        getconn = pool.getconn
+
+        async def checked_getconn(timeout: float | None = None) -> Any:
+            gone = CLIENT_GONE.get()
+            if gone is not None and gone():
+                raise ClientGone("the client disconnected before the request's database work began")
+            self.checkouts += 1
+            return await getconn(timeout)
+
+        pool.getconn = checked_getconn
 
     async def stop(self) -> None:
         if self.mem is None:
@@ -366,9 +489,9 @@ def json_response(status: int, body: dict, headers: dict[str, str] | None = None
 
 
 def error_response(exc: PgmemError):
-    headers = None
-    if isinstance(exc, RateLimited):
-        headers = {"Retry-After": str(max(1, int(exc.retry_after + 0.999)))}
+    """The JSON answer of ``exc``; a 503 or 429 carries ``Retry-After`` seconds by cause (errors.retry_after_of)."""
+    seconds = retry_after_of(exc)
+    headers = {"Retry-After": str(seconds)} if seconds is not None else None
     return json_response(status_of(exc), body_of(exc), headers)
 
 
@@ -384,12 +507,30 @@ DASHBOARD_HEADERS = [
 class Guard:
     """Outermost middleware: times and logs every request (after the response: method, route template,
     status, latency, key prefix, user, account; never bodies), refuses a Host header the service does not
-    serve (400) and bodies above the limit (413, by Content-Length or while reading a chunked body)."""
+    serve (400) and bodies above the limit (413, by Content-Length or while reading a chunked body).
+
+    Admission: at most ``max_in_flight`` requests at once (/healthz excepted); one more is answered 503 with
+    ``Retry-After: 1`` at once, before its key is looked up; an API key holding its share of them (:meth:`share`)
+    gets 429 with ``Retry-After: 1``. Every 503 and 429 leaves with a ``Retry-After`` (5 s when nothing more
+    precise is known)."""
 
     def __init__(self, app: Any, service: Service) -> None:
         self.app, self.service = app, service
         self.hosts = service.settings.hosts()
         self.limit = service.settings.max_body_bytes
+        self.max_in_flight = service.settings.max_in_flight
+        self.key_slots = service.settings.key_slots()
+        self.in_flight = 0
+        self.per_key: dict[str, int] = {}
+
+    def share(self, prefix: str) -> int:
+        """The requests in flight the key ``prefix`` may hold now: ``key_slots()`` at most, and once the service
+        is three quarters full, an equal part of the bound for each key with requests in flight (this one
+        included)."""
+        if self.in_flight <= self.max_in_flight * 3 // 4:
+            return self.key_slots
+        active = len(self.per_key) + (prefix not in self.per_key)
+        return min(self.key_slots, max(1, self.max_in_flight // active))
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -405,17 +546,45 @@ class Guard:
                 status["code"] = message["status"]
                 if dashboard_page:
                     message["headers"] = list(message.get("headers", [])) + DASHBOARD_HEADERS
+                headers = message.get("headers", ())
+                if message["status"] in (429, 503) and not any(k.lower() == b"retry-after" for k, _ in headers):
+                    message["headers"] = list(headers) + [(b"retry-after", b"5")]
             await send(message)
 
+        CLIENT_GONE.set(scope.get("pgmem.gone"))
+        counted = scope["path"] != "/healthz"
+        held: str | None = None
+        if counted:
+            self.in_flight += 1
         try:
             refusal = self._refusal(scope)
+            if refusal is None and counted and self.in_flight > self.max_in_flight:
+                refusal = Overloaded(f"the service is at its bound of {self.max_in_flight} requests in flight",
+                                     retry_after=1)
             if refusal is None and needs_key(scope["path"]) and scope["method"] != "OPTIONS":
                 refusal = await self._authenticate(scope, state)
+                prefix = state.get("key_prefix")
+                if refusal is None and prefix is not None:
+                    share = self.share(prefix)
+                    if self.per_key.get(prefix, 0) >= share:
+                        refusal = ShareExceeded(f"this API key already has {share} requests in flight, its share of "
+                                                f"the service's {self.max_in_flight}", retry_after=1)
+                    else:
+                        held = prefix
+                        self.per_key[prefix] = self.per_key.get(prefix, 0) + 1
             if refusal is not None:
                 await error_response(refusal)(scope, receive, send_wrapper)
             else:
                 await self.app(scope, self._limited(receive), send_wrapper)
         finally:
+            if counted:
+                self.in_flight -= 1
+            if held is not None:
+                left = self.per_key[held] - 1
+                if left:
+                    self.per_key[held] = left
+                else:
+                    del self.per_key[held]
             route = getattr(scope.get("route"), "path", None) or self._template(scope)
             self.service.audit.record({
                 "at": datetime.now(timezone.utc), "method": scope["method"],
@@ -597,10 +766,28 @@ def _version() -> str:
     return __version__
 
 
+def protocol_of(settings: Settings) -> type:
+    """The HTTP protocol class of the service (uvicorn's h11 with the header and body deadlines of
+    ``settings``), one per Settings object."""
+    from .protocol import deadline_protocol
+
+    cls = settings.__dict__.get("_protocol")
+    if cls is None:
+        cls = settings.__dict__["_protocol"] = deadline_protocol(settings.header_timeout, settings.body_timeout)
+    return cls
+
+
+def _shed(settings: Settings) -> int:
+    from .protocol import shed_slowest
+
+    return shed_slowest(protocol_of(settings), 16)
+
+
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's settings for the service: the client address is the peer's unless ``forwarded_allow_ips``
-    names the proxies to trust (uvicorn's own default trusts X-Forwarded-For from 127.0.0.1)."""
-    return {"host": settings.host, "port": settings.port, "log_level": "warning",
+    names the proxies to trust (uvicorn's own default trusts X-Forwarded-For from 127.0.0.1); the HTTP protocol
+    is :func:`protocol_of`'s, with the header and body deadlines."""
+    return {"host": settings.host, "port": settings.port, "log_level": "warning", "http": protocol_of(settings),
             "proxy_headers": settings.forwarded_allow_ips is not None,
             "forwarded_allow_ips": settings.forwarded_allow_ips, "server_header": False, "date_header": True}
 

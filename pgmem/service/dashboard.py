@@ -506,6 +506,7 @@ async def keys_create(request: Request, label: str = Form(""), kind: str = Form(
 async def keys_revoke(request: Request, key_id: int, csrf: str = Form("")):
     await require(request, csrf, post=True)
     await service_of(request).store.key_revoke(key_id)
+    service_of(request).keys.forget(key_id=key_id)
     return RedirectResponse("/ui/keys", status_code=303)
 
 

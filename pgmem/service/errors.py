@@ -43,6 +43,31 @@ class RateLimited(PgmemError):
         self.retry_after = retry_after
 
 
+class Overloaded(PgmemError):
+    """The service cannot start this request now (its bound on requests in flight is reached, or no database
+    connection came free within the pool wait): HTTP 503 with ``Retry-After`` (seconds), answered before any
+    database work."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after: float, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class ShareExceeded(RateLimited):
+    """One key holds its whole share of the requests in flight: HTTP 429 with ``Retry-After``."""
+
+    code = "concurrency_limited"
+
+
+class ClientGone(PgmemError):
+    """The client disconnected before the request's database work began; nothing is done and nobody reads the
+    answer (logged as 499, nginx's code for it)."""
+
+    code = "client_gone"
+
+
 class PayloadTooLarge(ValidationError):
     """A request body above the configured limit: HTTP 413."""
 
@@ -78,11 +103,35 @@ _CLASS_CODES.setdefault(DuplicateMemory, "23505")
 
 # (class, HTTP status), first match wins.
 STATUS: list[tuple[type, int]] = [
-    (Unauthorized, 401), (RateLimited, 429), (PayloadTooLarge, 413), (BadJson, 400), (BadRequest, 400), (MethodNotAllowed, 405),
+    (Unauthorized, 401), (RateLimited, 429), (Overloaded, 503), (ClientGone, 499), (PayloadTooLarge, 413), (BadJson, 400), (BadRequest, 400), (MethodNotAllowed, 405),
     (IdentityError, 403), (PermissionDenied, 403), (NotFound, 404),
     (VersionConflict, 409), (DuplicateMemory, 409), (EditError, 409), (ScopeRequired, 400),
     (ValidationError, 422), (DatabaseUnavailable, 503), (SchemaError, 503), (EmbedderError, 503),
 ]
+
+
+# Seconds a client should wait before retrying, by cause (``Retry-After`` of a 503): a full service frees a slot
+# within about a request's time; a database that went away takes longer; a missing migration needs an operator.
+RETRY_AFTER: list[tuple[type, int]] = [(DatabaseUnavailable, 5), (EmbedderError, 10), (SchemaError, 30)]
+POOL_WAIT_RETRY_AFTER = 2
+
+
+def retry_after_of(exc: PgmemError) -> int | None:
+    """The ``Retry-After`` seconds of an error answered 503 or 429 (an integer >= 1), else None. A pool wait that
+    timed out (psycopg_pool's PoolTimeout behind a DatabaseUnavailable) is capacity, not an outage: 2 s."""
+    own = getattr(exc, "retry_after", None)
+    if own is not None:
+        return max(1, int(own + 0.999))
+    if status_of(exc) not in (429, 503):
+        return None
+    from psycopg_pool import PoolTimeout
+
+    if isinstance(exc, DatabaseUnavailable) and isinstance(exc.__cause__, PoolTimeout):
+        return POOL_WAIT_RETRY_AFTER
+    for cls, seconds in RETRY_AFTER:
+        if isinstance(exc, cls):
+            return seconds
+    return 5
 
 
 def status_of(exc: PgmemError) -> int:

@@ -579,7 +579,7 @@ def test_readyz_is_503_when_a_migration_is_missing(svc):
     svc.service._shipped = svc.service.shipped_migrations() + [("9999.pgmem-future", "f" * 64)]
     with api(svc, None) as c:
         r = c.get("/readyz")
-    assert r.status_code == 503
+    assert r.status_code == 503 and r.headers["retry-after"] == "30"  # an operator's job: not soon
     assert r.json()["ready"] is False and r.json()["checks"]["migrations"] == {"ok": False, "pending": ["9999.pgmem-future"]}
 
 
