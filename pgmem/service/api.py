@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
-from ..client import Context, MemoryRecord
+from ..records import Context, MemoryRecord
 from ..errors import NotFound, PermissionDenied, ValidationError
 from .. import validation as v
 from .errors import BadJson, BadRequest, Forbidden, Unauthorized

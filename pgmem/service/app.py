@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..client import GATEWAY_ROLE
+from ..transport import GATEWAY_ROLE
 from ..errors import PgmemError, ValidationError, redact_dsn
 from .errors import BadJson, BadRequest, MethodNotAllowed, PayloadTooLarge, RateLimited, RouteNotFound, body_of, status_of
 from .store import HEALTH_USER, Store
@@ -338,7 +338,7 @@ async def preflight(dsn: str | None) -> str:
     PermissionDenied with the fix, at once, rather than a connection pool that never fills."""
     import psycopg
 
-    from ..client import resolve_dsn
+    from ..transport import resolve_dsn
     from ..errors import DatabaseUnavailable, PermissionDenied
 
     conninfo, _ = await asyncio.to_thread(resolve_dsn, dsn)
