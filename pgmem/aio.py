@@ -25,7 +25,8 @@ from uuid import UUID
 import psycopg
 
 from . import validation as v
-from .client import DEFAULT_SPACE
+from .defaults import (CONTEXT_BUDGET_TOKENS, CONTEXT_K, CONTEXT_MAX_TURNS, CONTEXT_TURN_SHARE, DEFAULT_SPACE,
+                       LIST_LIMIT, PENDING_TURNS, PURGE_LIMIT, RECENT_TURNS, SEARCH_K)
 from .records import (MEMORY_ROWS, VECTOR_ROWS, AddResult, Context, ContextItem, HistoryEvent, MemoryRecord, Page,
                       PurgeResult, Source, Space, SpaceStats, Turn, from_row)
 from .requests import KEY_FIELD, MemoryBase
@@ -273,7 +274,7 @@ class AsyncMemory(MemoryBase):
         return from_row(MemoryRecord, rows[0]) if rows else None
 
     async def list(self, *, agent_id: str | None = None, session_id: str | None = None,
-                   filter: Mapping[str, Any] | None = None, limit: int = 50, cursor: str | None = None,
+                   filter: Mapping[str, Any] | None = None, limit: int = LIST_LIMIT, cursor: str | None = None,
                    created_after: datetime | None = None, created_before: datetime | None = None,
                    contains: str | None = None, as_of: datetime | None = None,
                    conn: psycopg.AsyncConnection | None = None) -> Page:
@@ -283,7 +284,7 @@ class AsyncMemory(MemoryBase):
         await self.space(conn=conn)
         return self._page(await self._rows("list", params, conn), limit)
 
-    async def search(self, query: str | None = None, *, embedding: Any = None, k: int = 10,
+    async def search(self, query: str | None = None, *, embedding: Any = None, k: int = SEARCH_K,
                      filter: Mapping[str, Any] | None = None, agent_id: str | None = None,
                      session_id: str | None = None, min_similarity: float | None = None,
                      created_after: datetime | None = None, created_before: datetime | None = None,
@@ -336,7 +337,7 @@ class AsyncMemory(MemoryBase):
         self._space = None
         return from_row(Space, row)
 
-    async def purge(self, *, limit: int = 10000, conn: psycopg.AsyncConnection | None = None) -> PurgeResult:
+    async def purge(self, *, limit: int = PURGE_LIMIT, conn: psycopg.AsyncConnection | None = None) -> PurgeResult:
         """As :meth:`pgmem.Memory.purge` (superuser or BYPASSRLS role)."""
         return from_row(PurgeResult, (await self._rows("purge", self._purge_params(limit), conn))[0])
 
@@ -365,22 +366,23 @@ class AsyncMemory(MemoryBase):
                                       embedding, expires_at, created_at)
         return from_row(Turn, (await self._rows("append_turn", params, conn))[0])
 
-    async def recent_turns(self, session_id: str, *, n: int = 20,
+    async def recent_turns(self, session_id: str, *, n: int = RECENT_TURNS,
                            conn: psycopg.AsyncConnection | None = None) -> list[Turn]:
         """As :meth:`pgmem.Memory.recent_turns`."""
         params = self._turns_params("recent_turns", session_id, n)
         await self.space(conn=conn)
         return [from_row(Turn, r) for r in await self._rows("recent_turns", params, conn)]
 
-    async def pending_turns(self, session_id: str, *, n: int = 1000,
+    async def pending_turns(self, session_id: str, *, n: int = PENDING_TURNS,
                             conn: psycopg.AsyncConnection | None = None) -> list[Turn]:
         """As :meth:`pgmem.Memory.pending_turns`."""
         params = self._turns_params("pending_turns", session_id, n)
         await self.space(conn=conn)
         return [from_row(Turn, r) for r in await self._rows("pending_turns", params, conn)]
 
-    async def context(self, query: str | None, *, session_id: str | None = None, budget_tokens: int = 2000,
-                      max_turns: int = 20, turn_share: float = 0.5, k: int = 20,
+    async def context(self, query: str | None, *, session_id: str | None = None,
+                      budget_tokens: int = CONTEXT_BUDGET_TOKENS, max_turns: int = CONTEXT_MAX_TURNS,
+                      turn_share: float = CONTEXT_TURN_SHARE, k: int = CONTEXT_K,
                       filter: Mapping[str, Any] | None = None, embedding: Any = None,
                       conn: psycopg.AsyncConnection | None = None) -> Context:
         """As :meth:`pgmem.Memory.context`."""
@@ -389,8 +391,8 @@ class AsyncMemory(MemoryBase):
                                       turn_share, k, filter, embedding)
         return Context([from_row(ContextItem, r) for r in await self._rows("context", params, conn)], budget_tokens)
 
-    async def consolidate(self, session_id: str, summarise: Callable[[list[Turn]], Any], *, max_turns: int = 1000,
-                          through_turn_id: int | None = None,
+    async def consolidate(self, session_id: str, summarise: Callable[[list[Turn]], Any], *,
+                          max_turns: int = PENDING_TURNS, through_turn_id: int | None = None,
                           conn: psycopg.AsyncConnection | None = None) -> list[AddResult]:
         """As :meth:`pgmem.Memory.consolidate`; ``summarise`` may be a plain function or a coroutine function
         (anything returning an awaitable is awaited). A plain one runs on the event loop: keep it quick, or

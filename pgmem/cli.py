@@ -42,9 +42,9 @@ import typer
 from typer.core import TyperGroup
 
 from . import exports, files, maintenance
+from .defaults import (CONTEXT_BUDGET_TOKENS, CONTEXT_MAX_TURNS, DEFAULT_SPACE, PURGE_LIMIT, RECENT_TURNS, SEARCH_K,
+                       SHOWN_PAGE)
 from .errors import IdentityError, NotFound, PgmemError, ScopeRequired, ValidationError, from_psycopg
-
-DEFAULT_SPACE = "default"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ AgentOpt = Annotated[Optional[str], typer.Option(
     "--agent", "-a", help="The acting agent, recorded on new memories and in history. Default: $PGMEM_AGENT.",
     rich_help_panel=_CONN, show_default=False)]
 SpaceOpt = Annotated[Optional[str], typer.Option(
-    "--space", help="Embedding space. Default: $PGMEM_SPACE, else 'default'.", rich_help_panel=_CONN,
+    "--space", help=f"Embedding space. Default: $PGMEM_SPACE, else {DEFAULT_SPACE!r}.", rich_help_panel=_CONN,
     show_default=False)]
 RoleOpt = Annotated[Optional[str], typer.Option(
     "--role", help="Database role to switch to (SET ROLE). Default: $PGMEM_ROLE, else pgmem_gateway on the "
@@ -340,7 +340,7 @@ def require_space(m: Any, *, write: bool = False) -> None:
     known = known_spaces(m)
     listed = "" if known is None else f"; known spaces: {', '.join(known) if known else 'none'}"
     if m.space_name == DEFAULT_SPACE:
-        raise NotFound(f'embedding space "default" does not exist yet: nothing was added to it{listed}',
+        raise NotFound(f'embedding space "{DEFAULT_SPACE}" does not exist yet: nothing was added to it{listed}',
                        hint="`pgmem add TEXT` creates it for the default model; or pick a space with --space NAME")
     raise NotFound(f'embedding space "{m.space_name}" does not exist{listed}',
                    hint=f"check --space / PGMEM_SPACE, or create it: pgmem space create {m.space_name} "
@@ -705,7 +705,7 @@ def space_list(ctx: typer.Context, dsn: DsnOpt = None, role: RoleOpt = None, as_
         from rich.table import Table
 
         if not spaces:
-            typer.echo("no spaces (the first `pgmem add` creates 'default')")
+            typer.echo(f"no spaces (the first `pgmem add` creates {DEFAULT_SPACE!r})")
             return
         heads = ("name", "model", "dims", "index", "memory ttl", "turn ttl", "created")
         rows = [(sp.name, sp.model, str(sp.dims), sp.index_kind, format_duration(sp.memory_ttl),
@@ -793,7 +793,7 @@ def add(ctx: typer.Context,
 @app.command()
 def search(ctx: typer.Context,
            query: Annotated[str, typer.Argument(help="What to look for (embedded with the space's model).")],
-           k: Annotated[int, typer.Option("-k", help="How many results (1..1000).")] = 10,
+           k: Annotated[int, typer.Option("-k", help="How many results (1..1000).")] = SEARCH_K,
            filter: FilterOpt = None,
            min_similarity: Annotated[Optional[float], typer.Option(
                "--min-similarity", help="Drop results below this cosine similarity (-1..1).",
@@ -833,7 +833,7 @@ def get(ctx: typer.Context, id: Annotated[str, typer.Argument(help="Memory id (o
 
 @app.command("list")
 def list_(ctx: typer.Context,
-          limit: Annotated[int, typer.Option("--limit", "-n", help="Memories per page (1..1000).")] = 20,
+          limit: Annotated[int, typer.Option("--limit", "-n", help="Memories per page (1..1000).")] = SHOWN_PAGE,
           cursor: Annotated[Optional[str], typer.Option("--cursor", help="Continue after a previous page.",
                                                         show_default=False)] = None,
           contains: Annotated[Optional[str], typer.Option("--contains", "-c", help="Literal, case-sensitive substring.",
@@ -1177,7 +1177,7 @@ def retention(ctx: typer.Context,
 @app.command()
 def purge(ctx: typer.Context,
           limit: Annotated[int, typer.Option("--limit", min=1, max=1_000_000,
-                                             help="Rows of each kind removed per round (one transaction).")] = 10000,
+                                             help="Rows of each kind removed per round (one transaction).")] = PURGE_LIMIT,
           once: Annotated[bool, typer.Option("--once", help="One round only, even if more rows expired.")] = False,
           dsn: DsnOpt = None, role: RoleOpt = None, as_json: JsonOpt = False) -> None:
     """Physically remove expired memories (an EXPIRE tombstone stays in their history) and expired turns of
@@ -1329,7 +1329,7 @@ def import_export(o: Options, file: Path) -> None:
 
 @app.command()
 def turns(ctx: typer.Context, session: Annotated[str, typer.Argument(help="The session id.")],
-          n: Annotated[int, typer.Option("-n", "--n", min=1, max=1000, help="How many of the last turns.")] = 20,
+          n: Annotated[int, typer.Option("-n", "--n", min=1, max=1000, help="How many of the last turns.")] = RECENT_TURNS,
           dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
           as_json: JsonOpt = False) -> None:
     """The last turns of a session (short-term memory), oldest first."""
@@ -1366,9 +1366,9 @@ def context_(ctx: typer.Context,
                  "--session", "-s", help="The conversation whose recent turns to include.", show_default=False)
              ] = None,
              budget: Annotated[int, typer.Option("--budget", min=1, max=1_000_000,
-                                                 help="Token budget (pgmem.token_count units).")] = 2000,
+                                                 help="Token budget (pgmem.token_count units).")] = CONTEXT_BUDGET_TOKENS,
              max_turns: Annotated[int, typer.Option("--max-turns", min=0, max=1000,
-                                                    help="At most this many recent turns.")] = 20,
+                                                    help="At most this many recent turns.")] = CONTEXT_MAX_TURNS,
              dsn: DsnOpt = None, user: UserOpt = None, space: SpaceOpt = None, role: RoleOpt = None,
              as_json: JsonOpt = False) -> None:
     """The context an agent would put in its prompt for QUERY: the most relevant memories, then the session's

@@ -21,6 +21,8 @@ from uuid import UUID
 import psycopg
 
 from . import validation as v
+from .defaults import (CONTEXT_BUDGET_TOKENS, CONTEXT_K, CONTEXT_MAX_TURNS, CONTEXT_TURN_SHARE, DEFAULT_SPACE,
+                       LIST_LIMIT, PENDING_TURNS, PURGE_LIMIT, RECENT_TURNS, SEARCH_K)
 from .embedders import Embedder
 from .errors import NotFound, VersionConflict
 from .records import (MEMORY_ROWS, VECTOR_ROWS, AddResult, Context, ContextItem, HistoryEvent, MemoryRecord, Page,
@@ -28,9 +30,6 @@ from .records import (MEMORY_ROWS, VECTOR_ROWS, AddResult, Context, ContextItem,
 from .requests import KEY_FIELD, MemoryBase
 from .transport import SyncTransport, resolve_dsn
 from .validation import check_item, count_occurrences
-
-DEFAULT_SPACE = "default"
-
 
 class Memory(MemoryBase):
     """Shared memory for the agents of one user (tenant), stored in PostgreSQL.
@@ -335,7 +334,7 @@ class Memory(MemoryBase):
         return from_row(MemoryRecord, rows[0]) if rows else None
 
     def list(self, *, agent_id: str | None = None, session_id: str | None = None,
-             filter: Mapping[str, Any] | None = None, limit: int = 50, cursor: str | None = None,
+             filter: Mapping[str, Any] | None = None, limit: int = LIST_LIMIT, cursor: str | None = None,
              created_after: datetime | None = None, created_before: datetime | None = None,
              contains: str | None = None, as_of: datetime | None = None,
              conn: psycopg.Connection | None = None) -> Page:
@@ -347,7 +346,7 @@ class Memory(MemoryBase):
         self.space(conn=conn)
         return self._page(self._rows("list", params, conn), limit)
 
-    def search(self, query: str | None = None, *, embedding: Any = None, k: int = 10,
+    def search(self, query: str | None = None, *, embedding: Any = None, k: int = SEARCH_K,
                filter: Mapping[str, Any] | None = None, agent_id: str | None = None, session_id: str | None = None,
                min_similarity: float | None = None, created_after: datetime | None = None,
                created_before: datetime | None = None, mode: str | None = None, as_of: datetime | None = None,
@@ -422,7 +421,7 @@ class Memory(MemoryBase):
         self._space = None
         return from_row(Space, row)
 
-    def purge(self, *, limit: int = 10000, conn: psycopg.Connection | None = None) -> PurgeResult:
+    def purge(self, *, limit: int = PURGE_LIMIT, conn: psycopg.Connection | None = None) -> PurgeResult:
         """Physically remove expired memories and turns of every user (at most ``limit`` of each) and the
         history of expired memories (an EXPIRE tombstone stays); returns the counts. Expired rows are invisible
         already. Needs a superuser or BYPASSRLS role (IdentityError otherwise); schedule it (docs/lifecycle.md)."""
@@ -460,20 +459,23 @@ class Memory(MemoryBase):
                                    expires_at, created_at)
         return from_row(Turn, self._rows("append_turn", params, conn)[0])
 
-    def recent_turns(self, session_id: str, *, n: int = 20, conn: psycopg.Connection | None = None) -> list[Turn]:
+    def recent_turns(self, session_id: str, *, n: int = RECENT_TURNS,
+                     conn: psycopg.Connection | None = None) -> list[Turn]:
         """The last ``n`` (1..1000) live turns of a session, oldest first."""
         params = self._turns_params("recent_turns", session_id, n)
         self.space(conn=conn)
         return [from_row(Turn, r) for r in self._rows("recent_turns", params, conn)]
 
-    def pending_turns(self, session_id: str, *, n: int = 1000, conn: psycopg.Connection | None = None) -> list[Turn]:
+    def pending_turns(self, session_id: str, *, n: int = PENDING_TURNS,
+                      conn: psycopg.Connection | None = None) -> list[Turn]:
         """The live turns of a session not yet consolidated (the last ``n``, 1..10000), oldest first."""
         params = self._turns_params("pending_turns", session_id, n)
         self.space(conn=conn)
         return [from_row(Turn, r) for r in self._rows("pending_turns", params, conn)]
 
-    def context(self, query: str | None, *, session_id: str | None = None, budget_tokens: int = 2000,
-                max_turns: int = 20, turn_share: float = 0.5, k: int = 20, filter: Mapping[str, Any] | None = None,
+    def context(self, query: str | None, *, session_id: str | None = None,
+                budget_tokens: int = CONTEXT_BUDGET_TOKENS, max_turns: int = CONTEXT_MAX_TURNS,
+                turn_share: float = CONTEXT_TURN_SHARE, k: int = CONTEXT_K, filter: Mapping[str, Any] | None = None,
                 embedding: Any = None, conn: psycopg.Connection | None = None) -> Context:
         """What to put in the prompt for ``query``: the session's most recent turns (a contiguous tail, at most
         ``max_turns``, within ``turn_share`` of the budget) and the most relevant long-term memories (hybrid
@@ -485,8 +487,8 @@ class Memory(MemoryBase):
                                       turn_share, k, filter, embedding)
         return Context([from_row(ContextItem, r) for r in self._rows("context", params, conn)], budget_tokens)
 
-    def consolidate(self, session_id: str, summarise, *, max_turns: int = 1000, through_turn_id: int | None = None,
-                    conn: psycopg.Connection | None = None) -> list[AddResult]:
+    def consolidate(self, session_id: str, summarise, *, max_turns: int = PENDING_TURNS,
+                    through_turn_id: int | None = None, conn: psycopg.Connection | None = None) -> list[AddResult]:
         """Turn a session's pending turns into long-term memories: ``summarise(turns)`` (any callable: a list of
         :class:`Turn` in, a list of strings or ``{"content", "metadata"}`` dicts out; pgmem calls no LLM) runs
         once on the turns not yet consolidated; its output is embedded and stored (deduplicated) with links to

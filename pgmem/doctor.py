@@ -28,6 +28,8 @@ from uuid import uuid4
 
 import numpy as np
 
+from .defaults import DEFAULT_SPACE
+
 INFRASTRUCTURE = "infrastructure"
 EMBEDDING = "embedding"
 
@@ -147,7 +149,7 @@ def named(statement: str, /, **given: Any) -> tuple[str, dict[str, Any]]:
 # --------------------------------------------------------------------------------------------------------
 # The checks
 # --------------------------------------------------------------------------------------------------------
-def run_checks(dsn: str, *, space: str = "default", role: str | None = None, embedder: Any = None,
+def run_checks(dsn: str, *, space: str = DEFAULT_SPACE, role: str | None = None, embedder: Any = None,
                connect_timeout: int = 10) -> list[Check]:
     """Run every check against the database at ``dsn`` (a ``postgresql://`` URL) and return them in order:
     connection, server, pgvector, migrations, rls, indexes, space, embedder, function probe.

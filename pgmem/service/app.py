@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..defaults import DEFAULT_SPACE
 from ..transport import GATEWAY_ROLE
 from ..errors import PgmemError, ValidationError, redact_dsn
 from .errors import BadJson, BadRequest, MethodNotAllowed, PayloadTooLarge, RateLimited, RouteNotFound, body_of, status_of
@@ -65,7 +66,7 @@ class Settings:
     public_url: str | None = None
     cors_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
-    space: str = "default"
+    space: str = DEFAULT_SPACE
     embedder: Any = None
     max_body_bytes: int = 1 << 20
     rate_limit: float = 20.0
