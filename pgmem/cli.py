@@ -290,9 +290,9 @@ def admin_dsn(o: Options) -> str:
     """The DSN for migrations and other administration: --dsn, $PGMEM_DSN, else the embedded server (started)."""
     if o.dsn:
         return o.dsn
-    from . import server
+    from . import embedded
 
-    return server.start().url()
+    return embedded.start().url()
 
 
 @contextmanager
@@ -491,15 +491,15 @@ def server_start(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonO
                  no_migrate: Annotated[bool, typer.Option("--no-migrate", help="Do not apply migrations.")] = False
                  ) -> None:
     """Start the embedded server (initialising the data directory on first use) and apply pgmem's migrations."""
-    from . import migrations, server
+    from . import embedded, migrations
 
     o = options(ctx, as_json=as_json)
-    st = server.start(data_dir.resolve() if data_dir else None, notice=False)
+    st = embedded.start(data_dir.resolve() if data_dir else None, notice=False)
     applied = [] if no_migrate else migrations.migrate(st.url())
 
     def readable() -> None:
         typer.echo(f"running (pid {st.pid})\ndata dir: {st.data_dir}\nurl: {st.url()}\n"
-                   f"it keeps running until: {server.stop_hint(st.data_dir)}")
+                   f"it keeps running until: {embedded.stop_hint(st.data_dir)}")
         if applied:
             typer.echo("applied: " + ", ".join(applied))
 
@@ -509,11 +509,11 @@ def server_start(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonO
 @server_app.command("stop")
 def server_stop(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Stop the embedded server (fast shutdown: open sessions are ended)."""
-    from . import server
+    from . import embedded
 
     o = options(ctx, as_json=as_json)
-    path = data_dir.resolve() if data_dir else server.data_dir()
-    stopped = server.stop(path)
+    path = data_dir.resolve() if data_dir else embedded.data_dir()
+    stopped = embedded.stop(path)
     emit(o, {"stopped": stopped, "data_dir": str(path)},
          lambda: typer.echo(f"stopped ({path})" if stopped else f"not running ({path})"))
 
@@ -521,10 +521,10 @@ def server_stop(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonOp
 @server_app.command("status")
 def server_status(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Whether the embedded server runs, its pid and data directory (exit code 0 either way)."""
-    from . import server
+    from . import embedded
 
     o = options(ctx, as_json=as_json)
-    st = server.status(data_dir.resolve() if data_dir else None)
+    st = embedded.status(data_dir.resolve() if data_dir else None)
 
     def readable() -> None:
         typer.echo(f"running (pid {st.pid})" if st.running else "not running")
@@ -538,9 +538,9 @@ def server_status(ctx: typer.Context, data_dir: DataDirOpt = None, as_json: Json
 @server_app.command("url")
 def server_url(data_dir: DataDirOpt = None) -> None:
     """Print the DSN of the running embedded server, nothing else: psql "$(pgmem server url)"."""
-    from . import server
+    from . import embedded
 
-    st = server.status(data_dir.resolve() if data_dir else None)
+    st = embedded.status(data_dir.resolve() if data_dir else None)
     if not st.running:
         raise PgmemError(f"the embedded server in {st.data_dir} is not running", hint="pgmem server start")
     typer.echo(st.url())
@@ -549,12 +549,12 @@ def server_url(data_dir: DataDirOpt = None) -> None:
 @server_app.command("psql")
 def server_psql(data_dir: DataDirOpt = None) -> None:
     """Open the embedded server's own psql on the pgmem database (no separate client install needed)."""
-    from . import server
+    from . import embedded
 
-    st = server.status(data_dir.resolve() if data_dir else None)
+    st = embedded.status(data_dir.resolve() if data_dir else None)
     if not st.running:
         raise PgmemError(f"the embedded server in {st.data_dir} is not running", hint="pgmem server start")
-    psql = str(server.bin_dir() / "psql")
+    psql = str(embedded.bin_dir() / "psql")
     os.execv(psql, [psql, st.url()])
 
 
@@ -1409,7 +1409,7 @@ def mcp_(ctx: typer.Context,
     supersede_memory, append_turn, get_context) bound to one user from --user / PGMEM_USER; no tool argument
     can change it. Over streamable-http every request needs `Authorization: Bearer <token>` and a loopback
     Host header. Needs the mcp extra of pgmem."""
-    from . import mcp_server
+    from .integrations import mcp as mcp_server
 
     o = options(ctx, dsn=dsn, user=user, agent=agent, space=space, role=role)
     if transport == "streamable-http":

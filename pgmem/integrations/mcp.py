@@ -37,8 +37,8 @@ from uuid import UUID
 
 from pydantic import Field
 
-from .defaults import CONTEXT_BUDGET_TOKENS, DEFAULT_SPACE, SEARCH_K, SHOWN_PAGE
-from .errors import NotFound, PgmemError, ValidationError
+from ..defaults import CONTEXT_BUDGET_TOKENS, DEFAULT_SPACE, SEARCH_K, SHOWN_PAGE
+from ..errors import NotFound, PgmemError, ValidationError
 
 log = logging.getLogger("pgmem.mcp")
 
@@ -105,7 +105,7 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
     import anyio.to_thread
 
     server_cls, tool_error, v2 = _sdk()
-    from . import __version__
+    from .. import __version__
 
     kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS, "log_level": "WARNING"}
     if v2:
@@ -458,8 +458,8 @@ def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = 
     there, see :func:`resolve_token`; stdio takes none). The token, the database and the embedding model are
     checked before serving, so a missing token, a wrong DSN or user fails at once with pgmem's error (on
     stderr) instead of on the first request. Raises ValidationError, PgmemError."""
-    from .client import Memory
-    from .embedders import default_embedder
+    from ..client import Memory
+    from ..embedders import default_embedder
 
     if transport not in ("stdio", "streamable-http"):
         raise ValidationError(f"transport must be 'stdio' or 'streamable-http', got {transport!r}", field="transport")
