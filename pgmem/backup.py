@@ -741,7 +741,8 @@ def verify(path: str | os.PathLike, dsn: str, *, manifest: dict | None = None) -
     """
     from pgvector.psycopg import register_vector
 
-    from .doctor import migration_state, named
+    from .doctor import migration_state
+    from .queries import named
 
     manifest = manifest or read_manifest(path, check_files=False)
     checks: list[Check] = []
