@@ -20,7 +20,7 @@ Every user's rows live in one shard group: the seven tables holding user data ar
    workers (``LOGIN`` there only); a pgmem_api session acts for the ``pgmem.user_id`` the coordinator
    sets with ``SET LOCAL`` (``pgmem.current_user_id``);
 6. records the cluster mode: ``ALTER DATABASE ... SET pgmem.cluster = 'citus'``, which clients read when they
-   connect (:data:`pgmem.client.CLUSTER_SETTING`) to carry the identity in a transaction block, and which
+   connect (:data:`pgmem.transport.CLUSTER_SETTING`) to carry the identity in a transaction block, and which
    ``pgmem._build_knn`` reads to generate the search statements with custom plans (Citus cannot route a
    generic plan of them); then regenerates them.
 
