@@ -199,9 +199,9 @@ def start_server(data_dir: Path = DEFAULT_DATA_DIR):
     setting differs). Returns pgmem's ServerStatus."""
     import psycopg
 
-    from pgmem import server
+    from pgmem import embedded
 
-    st = server.start(data_dir)
+    st = embedded.start(data_dir)
     with psycopg.connect(st.url("postgres"), autocommit=True) as conn:
         changed = False
         for name, value in SERVER_SETTINGS.items():
@@ -212,8 +212,8 @@ def start_server(data_dir: Path = DEFAULT_DATA_DIR):
                 conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
                 changed = True
     if changed:
-        server.stop(data_dir)
-        st = server.start(data_dir)
+        embedded.stop(data_dir)
+        st = embedded.start(data_dir)
     return st
 
 

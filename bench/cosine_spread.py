@@ -34,12 +34,12 @@ def main() -> int:
     from recall_facts import load
     from recall_locomo import with_database
 
-    from pgmem import server
+    from pgmem import embedded
     from pgmem.embedders import embed_queries, from_config
 
     _, questions = load(args.data, None)
     questions = questions[::9][:100]
-    base = args.dsn or server.start().url("postgres")
+    base = args.dsn or embedded.start().url("postgres")
     for run in args.runs:
         kind, _, db = run.partition("=")
         emb = from_config(embedder=kind)

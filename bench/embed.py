@@ -8,7 +8,7 @@ pays). Prints ms per text (best of ``--repeat`` rounds that interleave the cases
 sentence-transformers in the same run, plus load time (weights and tokenizer, in this process) and the worst
 cosine between the two implementations' vectors. Needs ``pip install -e '.[local,sentence-transformers]'``.
 With the ``onnx`` extra installed, a case ``onnxruntime batch 32`` runs the same embedder on onnxruntime
-(``MiniLMEmbedder(runtime="onnx")``, pgmem/_onnx.py).
+(``MiniLMEmbedder(runtime="onnx")``, pgmem/embedders/bert_onnx.py).
 """
 
 from __future__ import annotations

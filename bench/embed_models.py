@@ -35,7 +35,7 @@ def import_rate(emb, data: Path, n_turns: int) -> float:
     from recall_locomo import fresh_database
 
     import psycopg
-    from pgmem import Memory, importer, migrations, server
+    from pgmem import Memory, embedded, importer, migrations
 
     name = "pgmem_bench_embed_models"
     dsn = fresh_database(None, name)
@@ -48,7 +48,7 @@ def import_rate(emb, data: Path, n_turns: int) -> float:
         assert summary.added == len(records), summary
         return summary.rows / summary.seconds
     finally:
-        with psycopg.connect(server.start().url("postgres"), autocommit=True) as conn:
+        with psycopg.connect(embedded.start().url("postgres"), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 

@@ -56,9 +56,9 @@ BIG = "big"
 def url_for(dsn: str | None, dbname: str) -> tuple[str, str]:
     """(admin URL, URL of ``dbname``) on the embedded server or on the server of ``dsn``."""
     if dsn is None:
-        from pgmem import server
+        from pgmem import embedded
 
-        st = server.start()
+        st = embedded.start()
         return st.url("postgres"), st.url(dbname)
     parts = urlsplit(dsn)
     return dsn, urlunsplit(parts._replace(path="/" + dbname))

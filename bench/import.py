@@ -123,7 +123,7 @@ def run_import(code: Path, dsn: str, path: Path, embedder: str | None = None, vi
 def embed_rate(records: list, batch_sizes: list[int], sample: int) -> list[tuple[int, int, float]]:
     """(batch size, texts, texts/s) of MiniLMEmbedder on the first ``sample`` distinct texts a first import of
     ``records`` embeds, in one call."""
-    from pgmem.client import extra_texts
+    from pgmem.validation import extra_texts
     from pgmem.embedders import MiniLMEmbedder
 
     texts, last = [], {}

@@ -148,10 +148,10 @@ def fresh_database(dsn: str | None, data_dir: str | None) -> str:
     import psycopg
     from psycopg import sql
 
-    from pgmem import migrations, server
+    from pgmem import embedded, migrations
 
     if dsn is None:
-        st = server.start(Path(data_dir) if data_dir else None)
+        st = embedded.start(Path(data_dir) if data_dir else None)
         admin, bench = st.url("postgres"), st.url(DATABASE)
     else:
         if urlsplit(dsn).path.strip("/") == DATABASE:

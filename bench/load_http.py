@@ -52,10 +52,10 @@ def fresh_database() -> str:
     import psycopg
     from psycopg import sql
 
-    from pgmem import Memory, migrations, server
+    from pgmem import Memory, embedded, migrations
     from pgmem.testing import HashEmbedder
 
-    st = server.start()
+    st = embedded.start()
     with psycopg.connect(st.url("postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))

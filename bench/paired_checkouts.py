@@ -52,7 +52,7 @@ mem.close()
 def setup(dsn: str | None, candidate: Path) -> str:
     sys.path.insert(0, str(candidate))
     from pgmem import Memory, migrations
-    from pgmem.client import resolve_dsn
+    from pgmem.transport import resolve_dsn
     from pgmem.testing import HashEmbedder
 
     url, _ = resolve_dsn(dsn)

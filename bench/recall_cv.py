@@ -319,9 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pgmem import MiniLMEmbedder
 
     if args.dsn is None:
-        from pgmem import server
+        from pgmem import embedded
 
-        base = server.start().url("postgres")
+        base = embedded.start().url("postgres")
     else:
         base = args.dsn
     emb = MiniLMEmbedder()

@@ -8,7 +8,7 @@ with their evidence turns and the ranks each search mode gives them, for reading
     python bench/recall_errors.py --data ... --database pgmem_bench_errors --variants   # + weight variants
 
 What it reads
-- A database on the embedded server (``pgmem.server.start()``; ``--dsn`` for another server) that already
+- A database on the embedded server (``pgmem.embedded.start()``; ``--dsn`` for another server) that already
   holds the import of ``bench/recall_locomo.py`` (space ``minilm``: one memory per turn,
   ``metadata["dia_id"]``) or of ``bench/recall_facts.py`` (spaces ``facts-session`` / ``facts-plain``:
   LoCoMo's observations, ``metadata["cites"]`` = the turns each was drawn from). Run it on a copy

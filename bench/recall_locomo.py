@@ -207,9 +207,9 @@ def existing_database(dsn: str | None, database: str = DATABASE) -> str | None:
     import psycopg
 
     if dsn is None:
-        from pgmem import server
+        from pgmem import embedded
 
-        st = server.start()
+        st = embedded.start()
         admin, bench = st.url("postgres"), st.url(database)
     else:
         admin, bench = dsn, with_database(dsn, database)
@@ -227,9 +227,9 @@ def fresh_database(dsn: str | None, database: str = DATABASE) -> str:
     from psycopg import sql
 
     if dsn is None:
-        from pgmem import server
+        from pgmem import embedded
 
-        st = server.start()
+        st = embedded.start()
         admin, bench = st.url("postgres"), st.url(database)
     else:
         if not dsn.startswith(("postgresql://", "postgres://")):

@@ -50,11 +50,11 @@ def copy_database(dsn: str | None, source: str) -> str:
 
     from recall_locomo import with_database
 
-    from pgmem import server
+    from pgmem import embedded
 
     target = f"{source}_threshold"
     if dsn is None:
-        st = server.start()
+        st = embedded.start()
         admin, url = st.url("postgres"), st.url(target)
     else:
         admin, url = with_database(dsn, "postgres"), with_database(dsn, target)

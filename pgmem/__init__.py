@@ -46,8 +46,9 @@ __all__ = [
 # client, no asyncio and no embedder do not pay for them.
 _LAZY = {
     "AsyncMemory": "aio",
-    **{name: "client" for name in ("AddResult", "Context", "ContextItem", "HistoryEvent", "Memory", "MemoryRecord",
-                                   "Page", "PurgeResult", "Source", "Space", "SpaceStats", "Turn")},
+    "Memory": "client",
+    **{name: "records" for name in ("AddResult", "Context", "ContextItem", "HistoryEvent", "MemoryRecord", "Page",
+                                    "PurgeResult", "Source", "Space", "SpaceStats", "Turn")},
     **{name: "embedders" for name in ("E5SmallEmbedder", "Embedder", "EmbedderConfig", "MiniLMEmbedder", "OpenAIEmbedder",
                                       "SentenceTransformerEmbedder", "default_embedder", "from_config")},
     **{name: "writer" for name in ("BackgroundWriter", "QueueFull", "WriterClosed", "WriterReport")},
@@ -55,9 +56,9 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from .aio import AsyncMemory
-    from .client import (
-        AddResult, Context, ContextItem, HistoryEvent, Memory, MemoryRecord, Page, PurgeResult, Source, Space,
-        SpaceStats, Turn,
+    from .client import Memory
+    from .records import (
+        AddResult, Context, ContextItem, HistoryEvent, MemoryRecord, Page, PurgeResult, Source, Space, SpaceStats, Turn,
     )
     from .embedders import (
         E5SmallEmbedder, Embedder, EmbedderConfig, MiniLMEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder,

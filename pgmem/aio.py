@@ -1,7 +1,7 @@
 """The asyncio client: :class:`AsyncMemory`, the API of :class:`pgmem.Memory` with ``await``.
 
 Same methods, arguments, results, errors and statements as :class:`~pgmem.Memory`: both clients take
-their checks and query parameters from :class:`pgmem.client.MemoryBase`, and this module only awaits them
+their checks and query parameters from :class:`pgmem.requests.MemoryBase`, and this module only awaits them
 through :class:`pgmem.transport.AsyncTransport` (psycopg's ``AsyncConnectionPool``). Embedding (a model or an HTTP call) runs in a worker thread
 (``asyncio.to_thread``), so it never blocks the event loop.
 
@@ -24,26 +24,12 @@ from uuid import UUID
 
 import psycopg
 
-from .client import (
-    DEFAULT_SPACE,
-    KEY_FIELD,
-    AddResult,
-    Context,
-    ContextItem,
-    HistoryEvent,
-    MemoryBase,
-    MemoryRecord,
-    Page,
-    PurgeResult,
-    Source,
-    Space,
-    SpaceStats,
-    Turn,
-    _MEMORY_ROWS,
-    _VECTOR_ROWS,
-    _row,
-)
 from . import validation as v
+from .defaults import (CONTEXT_BUDGET_TOKENS, CONTEXT_K, CONTEXT_MAX_TURNS, CONTEXT_TURN_SHARE, DEFAULT_SPACE,
+                       LIST_LIMIT, PENDING_TURNS, PURGE_LIMIT, RECENT_TURNS, SEARCH_K)
+from .records import (MEMORY_ROWS, VECTOR_ROWS, AddResult, Context, ContextItem, HistoryEvent, MemoryRecord, Page,
+                      PurgeResult, Source, Space, SpaceStats, Turn, from_row)
+from .requests import KEY_FIELD, MemoryBase
 from .embedders import Embedder
 from .errors import NotFound, VersionConflict
 from .transport import AsyncTransport
@@ -125,15 +111,15 @@ class AsyncMemory(MemoryBase):
         """As :meth:`pgmem.Memory.create_space`."""
         rows = await self._rows("create_space", self._create_space_params(name, model, dims, hnsw_m,
                                                                           hnsw_ef_construction, text_config), conn)
-        return _row(Space, rows[0])
+        return from_row(Space, rows[0])
 
     async def get_space(self, name: str | None = None, *, conn: psycopg.AsyncConnection | None = None) -> Space:
         """As :meth:`pgmem.Memory.get_space`."""
-        return _row(Space, (await self._rows("space", {"name": v.check_space_name(name or self.space_name)}, conn))[0])
+        return from_row(Space, (await self._rows("space", {"name": v.check_space_name(name or self.space_name)}, conn))[0])
 
     async def list_spaces(self, *, conn: psycopg.AsyncConnection | None = None) -> list[Space]:
         """As :meth:`pgmem.Memory.list_spaces`."""
-        return [_row(Space, r) for r in await self._rows("list_spaces", {}, conn)]
+        return [from_row(Space, r) for r in await self._rows("list_spaces", {}, conn)]
 
     async def drop_space(self, name: str, *, conn: psycopg.AsyncConnection | None = None) -> dict[str, int]:
         """As :meth:`pgmem.Memory.drop_space`."""
@@ -160,7 +146,7 @@ class AsyncMemory(MemoryBase):
                   conn: psycopg.AsyncConnection | None = None) -> AddResult:
         """As :meth:`pgmem.Memory.add`."""
         a = self._add_args(content, metadata, agent_id, session_id, expires_at, embedding)
-        previous = await self._previous_content(a["context_of"], conn)
+        previous = await self._previous_content(a.context_of, conn)
         space = await self.space(conn=conn)
         row = (await self._rows("add", await self._off_loop(self._add_params, space, a, previous), conn))[0]
         return AddResult(row["id"], row["created"])
@@ -212,7 +198,7 @@ class AsyncMemory(MemoryBase):
         if not params["keys"]:
             return {}
         await self.space(conn=conn)
-        return {r["metadata"][KEY_FIELD]: _row(MemoryRecord, r) for r in await self._rows("get_keyed", params, conn)}
+        return {r["metadata"][KEY_FIELD]: from_row(MemoryRecord, r) for r in await self._rows("get_keyed", params, conn)}
 
     async def set_expiry(self, ttls: Mapping[UUID | str, timedelta | None], *,
                          conn: psycopg.AsyncConnection | None = None) -> dict[UUID, datetime | None]:
@@ -241,12 +227,11 @@ class AsyncMemory(MemoryBase):
                      replace_metadata: bool = False, expected_version: int | None = None, embedding: Any = None,
                      conn: psycopg.AsyncConnection | None = None) -> MemoryRecord:
         """As :meth:`pgmem.Memory.update`."""
-        u = self._update_args(content, metadata, replace_metadata, embedding)
-        current = await self.get(id, conn=conn) if u["needs_current"] else None
-        space = await self.space(conn=conn) if u["needs_space"] else None
-        params = await self._off_loop(self._update_params, space, u, id, content, replace_metadata, expected_version,
-                                      embedding, current)
-        return _row(MemoryRecord, (await self._rows("update", params, conn))[0])
+        u = self._update_args(id, content, metadata, replace_metadata, expected_version, embedding)
+        current = await self.get(id, conn=conn) if u.needs_current else None
+        space = await self.space(conn=conn) if u.needs_space else None
+        params = await self._off_loop(self._update_params, space, u, current)
+        return from_row(MemoryRecord, (await self._rows("update", params, conn))[0])
 
     async def edit(self, id: UUID | str, old: str, new: str, *, expected_version: int | None = None,
                    conn: psycopg.AsyncConnection | None = None) -> MemoryRecord:
@@ -266,7 +251,7 @@ class AsyncMemory(MemoryBase):
                 if attempt + 1 == attempts:
                     raise
                 continue
-            return _row(MemoryRecord, rows[0])
+            return from_row(MemoryRecord, rows[0])
         raise AssertionError("unreachable")
 
     async def delete(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> bool:
@@ -286,10 +271,10 @@ class AsyncMemory(MemoryBase):
     async def get(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> MemoryRecord | None:
         """As :meth:`pgmem.Memory.get`."""
         rows = await self._rows("get", {"id": id}, conn)
-        return _row(MemoryRecord, rows[0]) if rows else None
+        return from_row(MemoryRecord, rows[0]) if rows else None
 
     async def list(self, *, agent_id: str | None = None, session_id: str | None = None,
-                   filter: Mapping[str, Any] | None = None, limit: int = 50, cursor: str | None = None,
+                   filter: Mapping[str, Any] | None = None, limit: int = LIST_LIMIT, cursor: str | None = None,
                    created_after: datetime | None = None, created_before: datetime | None = None,
                    contains: str | None = None, as_of: datetime | None = None,
                    conn: psycopg.AsyncConnection | None = None) -> Page:
@@ -299,7 +284,7 @@ class AsyncMemory(MemoryBase):
         await self.space(conn=conn)
         return self._page(await self._rows("list", params, conn), limit)
 
-    async def search(self, query: str | None = None, *, embedding: Any = None, k: int = 10,
+    async def search(self, query: str | None = None, *, embedding: Any = None, k: int = SEARCH_K,
                      filter: Mapping[str, Any] | None = None, agent_id: str | None = None,
                      session_id: str | None = None, min_similarity: float | None = None,
                      created_after: datetime | None = None, created_before: datetime | None = None,
@@ -310,19 +295,19 @@ class AsyncMemory(MemoryBase):
         s = self._search_args(query, embedding, k, filter, agent_id, session_id, min_similarity, created_after,
                               created_before, mode, as_of, min_score)
         params = await self._off_loop(self._search_params, await self.space(conn=conn), s)
-        if s["mode"] == "vector":
-            return await self._rows("search", params, conn, _VECTOR_ROWS)
-        return await self._rows("search_hybrid", params, conn, _MEMORY_ROWS)
+        if s.mode == "vector":
+            return await self._rows("search", params, conn, VECTOR_ROWS)
+        return await self._rows("search_hybrid", params, conn, MEMORY_ROWS)
 
     async def history(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> list[HistoryEvent]:
         """As :meth:`pgmem.Memory.history`."""
-        return [_row(HistoryEvent, r) for r in await self._rows("history", {"id": id}, conn)]
+        return [from_row(HistoryEvent, r) for r in await self._rows("history", {"id": id}, conn)]
 
     async def stats(self, *, all_spaces: bool = False, conn: psycopg.AsyncConnection | None = None) -> list[SpaceStats]:
         """As :meth:`pgmem.Memory.stats`."""
         if not all_spaces:
             await self.space(conn=conn)
-        return [_row(SpaceStats, r) for r in await self._rows("stats", self._stats_params(all_spaces), conn)]
+        return [from_row(SpaceStats, r) for r in await self._rows("stats", self._stats_params(all_spaces), conn)]
 
     # --- validity ---------------------------------------------------------------------------------------------
     async def supersede(self, id: UUID | str, content: str, *, metadata: Mapping[str, Any] | None = None,
@@ -332,16 +317,16 @@ class AsyncMemory(MemoryBase):
         space = await self.space(conn=conn)
         params = await self._off_loop(self._supersede_params, space, id, content, metadata, valid_from,
                                       expected_version, embedding)
-        return _row(MemoryRecord, (await self._rows("supersede", params, conn))[0])
+        return from_row(MemoryRecord, (await self._rows("supersede", params, conn))[0])
 
     async def invalidate(self, id: UUID | str, *, valid_to: datetime | None = None,
                          conn: psycopg.AsyncConnection | None = None) -> MemoryRecord:
         """As :meth:`pgmem.Memory.invalidate`."""
-        return _row(MemoryRecord, (await self._rows("invalidate", self._invalidate_params(id, valid_to), conn))[0])
+        return from_row(MemoryRecord, (await self._rows("invalidate", self._invalidate_params(id, valid_to), conn))[0])
 
     async def chain(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> list[MemoryRecord]:
         """As :meth:`pgmem.Memory.chain`."""
-        return [_row(MemoryRecord, r) for r in await self._rows("chain", {"id": id}, conn)]
+        return [from_row(MemoryRecord, r) for r in await self._rows("chain", {"id": id}, conn)]
 
     # --- retention, purge, erasure, export --------------------------------------------------------------------
     async def set_retention(self, memory_ttl: timedelta | float | None, turn_ttl: timedelta | float | None = None, *,
@@ -350,11 +335,11 @@ class AsyncMemory(MemoryBase):
         await self.space(conn=conn)
         row = (await self._rows("set_retention", self._retention_params(memory_ttl, turn_ttl), conn))[0]
         self._space = None
-        return _row(Space, row)
+        return from_row(Space, row)
 
-    async def purge(self, *, limit: int = 10000, conn: psycopg.AsyncConnection | None = None) -> PurgeResult:
+    async def purge(self, *, limit: int = PURGE_LIMIT, conn: psycopg.AsyncConnection | None = None) -> PurgeResult:
         """As :meth:`pgmem.Memory.purge` (superuser or BYPASSRLS role)."""
-        return _row(PurgeResult, (await self._rows("purge", self._purge_params(limit), conn))[0])
+        return from_row(PurgeResult, (await self._rows("purge", self._purge_params(limit), conn))[0])
 
     async def erase_user(self, user_id: str, *, conn: psycopg.AsyncConnection | None = None) -> dict[str, int]:
         """As :meth:`pgmem.Memory.erase_user` (superuser or BYPASSRLS role)."""
@@ -379,34 +364,35 @@ class AsyncMemory(MemoryBase):
         space = await self.space(conn=conn)
         params = await self._off_loop(self._turn_params, space, session_id, role, content, metadata, embed,
                                       embedding, expires_at, created_at)
-        return _row(Turn, (await self._rows("append_turn", params, conn))[0])
+        return from_row(Turn, (await self._rows("append_turn", params, conn))[0])
 
-    async def recent_turns(self, session_id: str, *, n: int = 20,
+    async def recent_turns(self, session_id: str, *, n: int = RECENT_TURNS,
                            conn: psycopg.AsyncConnection | None = None) -> list[Turn]:
         """As :meth:`pgmem.Memory.recent_turns`."""
         params = self._turns_params("recent_turns", session_id, n)
         await self.space(conn=conn)
-        return [_row(Turn, r) for r in await self._rows("recent_turns", params, conn)]
+        return [from_row(Turn, r) for r in await self._rows("recent_turns", params, conn)]
 
-    async def pending_turns(self, session_id: str, *, n: int = 1000,
+    async def pending_turns(self, session_id: str, *, n: int = PENDING_TURNS,
                             conn: psycopg.AsyncConnection | None = None) -> list[Turn]:
         """As :meth:`pgmem.Memory.pending_turns`."""
         params = self._turns_params("pending_turns", session_id, n)
         await self.space(conn=conn)
-        return [_row(Turn, r) for r in await self._rows("pending_turns", params, conn)]
+        return [from_row(Turn, r) for r in await self._rows("pending_turns", params, conn)]
 
-    async def context(self, query: str | None, *, session_id: str | None = None, budget_tokens: int = 2000,
-                      max_turns: int = 20, turn_share: float = 0.5, k: int = 20,
+    async def context(self, query: str | None, *, session_id: str | None = None,
+                      budget_tokens: int = CONTEXT_BUDGET_TOKENS, max_turns: int = CONTEXT_MAX_TURNS,
+                      turn_share: float = CONTEXT_TURN_SHARE, k: int = CONTEXT_K,
                       filter: Mapping[str, Any] | None = None, embedding: Any = None,
                       conn: psycopg.AsyncConnection | None = None) -> Context:
         """As :meth:`pgmem.Memory.context`."""
         space = await self.space(conn=conn)
         params = await self._off_loop(self._context_params, space, query, session_id, budget_tokens, max_turns,
                                       turn_share, k, filter, embedding)
-        return Context([_row(ContextItem, r) for r in await self._rows("context", params, conn)], budget_tokens)
+        return Context([from_row(ContextItem, r) for r in await self._rows("context", params, conn)], budget_tokens)
 
-    async def consolidate(self, session_id: str, summarise: Callable[[list[Turn]], Any], *, max_turns: int = 1000,
-                          through_turn_id: int | None = None,
+    async def consolidate(self, session_id: str, summarise: Callable[[list[Turn]], Any], *,
+                          max_turns: int = PENDING_TURNS, through_turn_id: int | None = None,
                           conn: psycopg.AsyncConnection | None = None) -> list[AddResult]:
         """As :meth:`pgmem.Memory.consolidate`; ``summarise`` may be a plain function or a coroutine function
         (anything returning an awaitable is awaited). A plain one runs on the event loop: keep it quick, or
@@ -424,7 +410,7 @@ class AsyncMemory(MemoryBase):
 
     async def sources(self, id: UUID | str, *, conn: psycopg.AsyncConnection | None = None) -> list[Source]:
         """As :meth:`pgmem.Memory.sources`."""
-        return [_row(Source, r) for r in await self._rows("sources", {"id": id}, conn)]
+        return [from_row(Source, r) for r in await self._rows("sources", {"id": id}, conn)]
 
     async def token_count(self, text: str, *, conn: psycopg.AsyncConnection | None = None) -> int:
         """As :meth:`pgmem.Memory.token_count`."""

@@ -27,7 +27,7 @@ backup of format 1 (with ``roles.sql``) is restored without running that file, i
 its roles already. The trust model is in docs/operations.md: the manifest's hashes detect accidents, not
 attackers.
 
-pg_dump and pg_restore come from ``--bin-dir``, else the embedded server's (``pgmem.server.bin_dir()``),
+pg_dump and pg_restore come from ``--bin-dir``, else the embedded server's (``pgmem.embedded.bin_dir()``),
 else ``PATH``; the first whose major version is at least the server's is used. The DSN reaches them with
 ``--dbname`` and ``--no-password``; a password in the DSN goes through ``PGPASSWORD``, never the command
 line. The catalog queries (pg_roles, pg_class, counts) are constant SQL strings in this module: they are
@@ -211,9 +211,9 @@ def find_program(name: str, *, bin_dir: str | os.PathLike | None = None, min_maj
         candidates.append(Path(bin_dir) / name)
     else:
         try:
-            from . import server
+            from . import embedded
 
-            candidates.append(server.bin_dir() / name)
+            candidates.append(embedded.bin_dir() / name)
         except Exception:  # the embedded server is optional
             pass
         found = shutil.which(name)
@@ -741,7 +741,8 @@ def verify(path: str | os.PathLike, dsn: str, *, manifest: dict | None = None) -
     """
     from pgvector.psycopg import register_vector
 
-    from .doctor import migration_state, named
+    from .doctor import migration_state
+    from .queries import named
 
     manifest = manifest or read_manifest(path, check_files=False)
     checks: list[Check] = []

@@ -1,4 +1,5 @@
-"""pgmem on a Citus cluster: the distribution plan (``pgmem distribute``) and the cluster checks of doctor.
+"""pgmem on a Citus cluster: the distribution plan (``pgmem distribute``) and the state of a cluster that
+:mod:`pgmem.doctor` turns into its cluster checks.
 
 Every user's rows live in one shard group: the seven tables holding user data are hash-distributed by
 ``user_id`` and colocated, ``spaces`` and ``role_bindings`` are reference tables (a copy on every node).
@@ -19,7 +20,7 @@ Every user's rows live in one shard group: the seven tables holding user data ar
    workers (``LOGIN`` there only); a pgmem_api session acts for the ``pgmem.user_id`` the coordinator
    sets with ``SET LOCAL`` (``pgmem.current_user_id``);
 6. records the cluster mode: ``ALTER DATABASE ... SET pgmem.cluster = 'citus'``, which clients read when they
-   connect (:data:`pgmem.client.CLUSTER_SETTING`) to carry the identity in a transaction block, and which
+   connect (:data:`pgmem.transport.CLUSTER_SETTING`) to carry the identity in a transaction block, and which
    ``pgmem._build_knn`` reads to generate the search statements with custom plans (Citus cannot route a
    generic plan of them); then regenerates them.
 
@@ -183,7 +184,8 @@ def api_role_problems(conn) -> list[str]:
     return problems
 
 
-def _hint_for(problems: list[str]) -> str:
+def settings_hint(problems: list[str]) -> str:
+    """What to run on the nodes that :func:`setting_problems` names."""
     return ("on each node named, as a superuser: ALTER SYSTEM SET <setting> = <value>; SELECT pg_reload_conf(); "
             "(docs/scaling.md lists the settings)")
 
@@ -213,7 +215,7 @@ def _distribute(conn) -> list[str]:
         raise SchemaError("schema pgmem is not migrated on this coordinator", hint="run pgmem migrate first")
     problems = setting_problems(conn)
     if problems:
-        raise SchemaError("the cluster is not ready for pgmem: " + "; ".join(problems), hint=_hint_for(problems))
+        raise SchemaError("the cluster is not ready for pgmem: " + "; ".join(problems), hint=settings_hint(problems))
     done: list[str] = []
     # 1. Policies without a sub-select.
     for table in st.subselect_policies:
@@ -264,44 +266,7 @@ def _distribute(conn) -> list[str]:
     return done
 
 
-def checks(conn) -> list:
-    """doctor's cluster checks (:class:`pgmem.doctor.Check`), empty on a server without Citus: the settings,
-    the distribution of the tables, the workers' role, and the cluster mode clients will use."""
-    import psycopg
-
-    from .doctor import Check
-
-    try:
-        with conn.transaction():
-            st = state(conn)
-    except psycopg.Error as exc:
-        return [Check("citus", False, f"cannot read the distribution: {from_psycopg(exc).message}")]
-    if st.citus is None:
-        return []
-    out = []
-    problems = setting_problems(conn)
-    out.append(Check("citus settings", not problems, "; ".join(problems) + f" ({_hint_for(problems)})" if problems
-                     else "citus.enable_unsafe_triggers on, citus.propagate_set_commands local, "
-                          "citus.allow_nested_distributed_execution on (workers)"))
-    missing = [t for t in REFERENCE_TABLES if st.tables.get(t) != "reference"] + \
-              [t for t in USER_TABLES if st.tables.get(t) != "distributed by user_id"]
-    if st.distributed and not st.subselect_policies:
-        out.append(Check("citus distribution", True, f"Citus {st.citus}: reference {', '.join(REFERENCE_TABLES)}; "
-                                                     f"{len(USER_TABLES)} tables colocated by user_id"))
-    else:
-        what = (f"not distributed: {', '.join(missing)}" if missing else "tables not colocated") if not st.distributed \
-            else "policies with a sub-select: " + ", ".join(st.subselect_policies)
-        out.append(Check("citus distribution", False, f"Citus {st.citus}: {what} (run pgmem distribute)"))
-    generic = [r["signature"].split("(")[0] for r in _rows(conn, SQL_GENERIC_PLANS)]
-    out.append(Check("citus plans", not generic, "generic plans forced in " + ", ".join(generic)
-                     + ": Citus cannot route them (run pgmem distribute)" if generic
-                     else "no pgmem function forces generic plans"))
-    roles = api_role_problems(conn)
-    out.append(Check("citus roles", not roles, "; ".join(roles) + " (run pgmem distribute)" if roles
-                     else "pgmem_api may log in on every worker"))
-    flag_ok = st.flag == CLUSTER_VALUE
-    out.append(Check("cluster mode", flag_ok or not st.tables,
-                     "on: clients carry the identity in a transaction block (pgmem.cluster = 'citus')" if flag_ok
-                     else "off: pgmem.cluster is not 'citus' in this database, so clients run one-statement calls "
-                          "whose identity never reaches the workers (run pgmem distribute)"))
-    return out
+def generic_plans(conn) -> list[str]:
+    """The pgmem functions that force generic plans, which Citus cannot route (``pgmem distribute`` gives
+    them custom plans): their names, empty when none does."""
+    return [r["signature"].split("(")[0] for r in _rows(conn, SQL_GENERIC_PLANS)]

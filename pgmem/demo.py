@@ -102,10 +102,10 @@ def run(console: Console | None = None, dsn: str | None = None) -> int:
                       "Inspect them in psql:  pgmem server psql  then "
                       f"SET ROLE pgmem_gateway; SET pgmem.user_id = '{USER}'; SELECT * FROM pgmem.memories_view;")
         if embedded:
-            from . import server
+            from . import embedded
 
-            st = server.status()
+            st = embedded.status()
             console.print(f"\nThe embedded PostgreSQL keeps running in the background (pid {st.pid}, data in "
                           f"{st.data_dir}), for the next command and for psql. Stop it with: "
-                          f"[bold]{server.stop_hint(st.data_dir)}[/]")
+                          f"[bold]{embedded.stop_hint(st.data_dir)}[/]")
         return 0 if total == 0 else 1

@@ -21,12 +21,14 @@ maintenance queries, not the memory API, which the probe calls through the named
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
 import numpy as np
+
+from .defaults import DEFAULT_SPACE
+from .queries import named
 
 INFRASTRUCTURE = "infrastructure"
 EMBEDDING = "embedding"
@@ -130,24 +132,10 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(text).split())
 
 
-def named(statement: str, /, **given: Any) -> tuple[str, dict[str, Any]]:
-    """The named statement ``statement`` of ``queries.sql`` and its parameters: ``given``, and None for every
-    other placeholder of the statement (the stored functions' defaults), so that an optional parameter added
-    to a statement later needs no change here. KeyError for an unknown name or a parameter it lacks."""
-    from .queries import query
-
-    text = query(statement)
-    wanted = set(re.findall(r"%\((\w+)\)[sb]", text))
-    unknown = set(given) - wanted
-    if unknown:
-        raise KeyError(f"statement {statement!r} has no parameter {sorted(unknown)}")
-    return text, {k: given.get(k) for k in wanted}
-
-
 # --------------------------------------------------------------------------------------------------------
 # The checks
 # --------------------------------------------------------------------------------------------------------
-def run_checks(dsn: str, *, space: str = "default", role: str | None = None, embedder: Any = None,
+def run_checks(dsn: str, *, space: str = DEFAULT_SPACE, role: str | None = None, embedder: Any = None,
                connect_timeout: int = 10) -> list[Check]:
     """Run every check against the database at ``dsn`` (a ``postgresql://`` URL) and return them in order:
     connection, server, pgvector, migrations, rls, indexes, space, embedder, function probe.
@@ -206,9 +194,7 @@ def run_checks(dsn: str, *, space: str = "default", role: str | None = None, emb
                 checks.append(_roles_check(conn))
             checks.append(_index_check(conn, has_schema))
             if has_schema:  # on a Citus coordinator only (none on a single PostgreSQL)
-                from .citus import checks as citus_checks
-
-                checks += citus_checks(conn)
+                checks += _citus_checks(conn)
 
             space_row = _space_row(conn, space) if has_schema and ext is not None else None
             if has_schema and ext is not None:
@@ -440,3 +426,48 @@ def _function_probe(conn, space_row: dict | None, vector: np.ndarray | None) -> 
     where = space_row["name"] + (" (temporary)" if space_row["name"] == PROBE_SPACE else "")
     return Check("function probe", True, f"add, search (first, similarity {hits[0]['similarity']:.3f}) and "
                                          f"delete as {who} in space {where} with {source}; rolled back")
+
+
+def _citus_checks(conn) -> list[Check]:
+    """The cluster checks, empty on a server without Citus: the settings, the distribution of the tables, the
+    plans, the workers' role, and the cluster mode clients will use (the state: :mod:`pgmem.citus`)."""
+    import psycopg
+
+    from . import citus
+    from .citus import CLUSTER_VALUE, REFERENCE_TABLES, USER_TABLES
+    from .errors import from_psycopg
+
+    try:
+        with conn.transaction():
+            st = citus.state(conn)
+    except psycopg.Error as exc:
+        return [Check("citus", False, f"cannot read the distribution: {from_psycopg(exc).message}")]
+    if st.citus is None:
+        return []
+    out = []
+    problems = citus.setting_problems(conn)
+    out.append(Check("citus settings", not problems, "; ".join(problems) + f" ({citus.settings_hint(problems)})" if problems
+                     else "citus.enable_unsafe_triggers on, citus.propagate_set_commands local, "
+                          "citus.allow_nested_distributed_execution on (workers)"))
+    missing = [t for t in REFERENCE_TABLES if st.tables.get(t) != "reference"] + \
+              [t for t in USER_TABLES if st.tables.get(t) != "distributed by user_id"]
+    if st.distributed and not st.subselect_policies:
+        out.append(Check("citus distribution", True, f"Citus {st.citus}: reference {', '.join(REFERENCE_TABLES)}; "
+                                                     f"{len(USER_TABLES)} tables colocated by user_id"))
+    else:
+        what = (f"not distributed: {', '.join(missing)}" if missing else "tables not colocated") if not st.distributed \
+            else "policies with a sub-select: " + ", ".join(st.subselect_policies)
+        out.append(Check("citus distribution", False, f"Citus {st.citus}: {what} (run pgmem distribute)"))
+    generic = citus.generic_plans(conn)
+    out.append(Check("citus plans", not generic, "generic plans forced in " + ", ".join(generic)
+                     + ": Citus cannot route them (run pgmem distribute)" if generic
+                     else "no pgmem function forces generic plans"))
+    roles = citus.api_role_problems(conn)
+    out.append(Check("citus roles", not roles, "; ".join(roles) + " (run pgmem distribute)" if roles
+                     else "pgmem_api may log in on every worker"))
+    flag_ok = st.flag == CLUSTER_VALUE
+    out.append(Check("cluster mode", flag_ok or not st.tables,
+                     "on: clients carry the identity in a transaction block (pgmem.cluster = 'citus')" if flag_ok
+                     else "off: pgmem.cluster is not 'citus' in this database, so clients run one-statement calls "
+                          "whose identity never reaches the workers (run pgmem distribute)"))
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 from importlib import resources
 
 ROUTES = ("as_user", "act_as", "as_login")
@@ -94,3 +95,15 @@ def query_as_user(name: str) -> str | None:
     ``%(pgmem_user_id)s`` within the statement), else None."""
     s = statements()[name]
     return s.text if s.route == "as_user" else None
+
+
+def named(statement: str, /, **given: Any) -> tuple[str, dict[str, Any]]:
+    """The named statement ``statement`` of ``queries.sql`` and its parameters: ``given``, and None for every
+    other placeholder of the statement (the stored functions' defaults), so that an optional parameter added
+    to a statement later needs no change here. KeyError for an unknown name or a parameter it lacks."""
+    text = query(statement)
+    wanted = set(re.findall(r"%\((\w+)\)[sb]", text))
+    unknown = set(given) - wanted
+    if unknown:
+        raise KeyError(f"statement {statement!r} has no parameter {sorted(unknown)}")
+    return text, {k: given.get(k) for k in wanted}

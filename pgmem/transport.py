@@ -79,9 +79,9 @@ def resolve_dsn(dsn: str | None) -> tuple[str, bool]:
     env = os.environ.get("PGMEM_DSN")
     if env:
         return env, False
-    from . import migrations, server
+    from . import embedded, migrations
 
-    url = server.start().url()
+    url = embedded.start().url()
     if not migrations.is_current(url):
         migrations.migrate(url)
     return url, True

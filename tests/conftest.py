@@ -27,7 +27,7 @@ import pytest
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from pgmem import Memory, migrations, server
+from pgmem import Memory, embedded as server, migrations
 from pgmem.testing import HashEmbedder, test_data_dir
 
 # Developer tooling the tests use (schema_source: the SQL source reader, loader and pg_dump comparison).

@@ -114,7 +114,7 @@ def restore() -> str:
 
     from rich.console import Console
 
-    from pgmem.cli import _checks_table
+    from pgmem.cli.operations import _checks_table
 
     checks = [SimpleNamespace(name=name, ok=True, kind="infrastructure", detail=detail) for name, detail in (
         ("migrations", f"{len(migrations.migration_ids())} applied, none pending"),

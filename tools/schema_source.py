@@ -408,18 +408,18 @@ def normalise_dump(dump: str) -> str:
 def dump_schema(dsn: str, privileges: bool = True) -> str:
     """The normalised schema-only pg_dump of schema pgmem at ``dsn`` (yoyo's tables, in public, are not in
     it), with owners and privileges unless ``privileges`` is false; "" when there is no schema pgmem.
-    Uses the embedded server's pg_dump (pgmem.server)."""
+    Uses the embedded server's pg_dump (pgmem.embedded)."""
     import subprocess
 
     import psycopg
 
-    from pgmem import server
+    from pgmem import embedded
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         if conn.execute("SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname = 'pgmem'").fetchone()[0] == 0:
             return ""  # pg_dump refuses a pattern that matches nothing
     extra = [] if privileges else ["--no-owner", "--no-privileges"]
-    proc = subprocess.run([str(server.bin_dir() / "pg_dump"), "--schema-only", "--schema=pgmem", *extra, f"--dbname={dsn}"],
+    proc = subprocess.run([str(embedded.bin_dir() / "pg_dump"), "--schema-only", "--schema=pgmem", *extra, f"--dbname={dsn}"],
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"pg_dump failed ({proc.returncode}): {proc.stderr.strip()}")

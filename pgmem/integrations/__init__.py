@@ -1,3 +1,4 @@
-"""pgmem inside agent hosts: the hermes-agent memory provider (:mod:`pgmem.integrations.hermes`) and the
-installer of plugin shims (:mod:`pgmem.integrations.install`, ``pgmem install-plugin``). See
-docs/integrations.md."""
+"""pgmem inside agent hosts: the MCP server (:mod:`pgmem.integrations.mcp`, ``pgmem mcp``), the hermes-agent
+memory provider (:mod:`pgmem.integrations.hermes`), the LangGraph store and LangChain chat history
+(:mod:`pgmem.integrations.langgraph`, :mod:`pgmem.integrations.langchain`) and the installer of plugin shims
+(:mod:`pgmem.integrations.install`, ``pgmem install-plugin``). See docs/integrations.md."""

@@ -48,6 +48,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from ..defaults import DEFAULT_SPACE
 from ..errors import DatabaseUnavailable, DuplicateMemory, EmbeddingSpaceMismatch, PgmemError, redact_dsn
 from ..validation import MAX_CONTENT_CHARS
 
@@ -64,7 +65,7 @@ PENDING_FILE = Path("pgmem") / "pending.jsonl"
 SOURCE = "hermes"
 
 DEFAULTS: Dict[str, Any] = {
-    "dsn": None, "user": None, "agent": None, "space": "default", "role": None, "embedder": None,
+    "dsn": None, "user": None, "agent": None, "space": DEFAULT_SPACE, "role": None, "embedder": None,
     "prefetch_k": 5, "prefetch_budget": 3.0, "recall_k": 8, "sync_turns": True, "queue_size": 1000,
     "queue_timeout": 5.0, "drain_timeout": 10.0, "connect_timeout": 60.0,
 }
@@ -221,7 +222,7 @@ class PgmemMemoryProvider(_Base):  # type: ignore[misc,valid-type]
              "env_var": "PGMEM_DSN"},
             {"key": "user", "description": "pgmem user when the host names none (default: your login name)",
              "env_var": "PGMEM_USER"},
-            {"key": "space", "description": "Embedding space", "default": "default"},
+            {"key": "space", "description": "Embedding space", "default": DEFAULT_SPACE},
             {"key": "embedder", "description": "Embedder: local, e5, http, openai:MODEL:DIMS or package.module:Factory "
              "(empty: pgmem's shared embedder configuration)"},
         ]

@@ -59,7 +59,7 @@ from langgraph.store.base import (
 from langgraph.store.base import validate_op_namespace
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
-from ..client import KEY_FIELD
+from ..requests import KEY_FIELD
 from ..errors import (DatabaseError, IdentityError, InvalidFilter, PgmemError,
                       ValidationError)
 

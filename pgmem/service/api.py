@@ -20,7 +20,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
-from ..client import Context, MemoryRecord
+from ..defaults import (CONTEXT_BUDGET_TOKENS, CONTEXT_K, CONTEXT_MAX_TURNS, CONTEXT_TURN_SHARE, LIST_LIMIT,
+                        PENDING_TURNS, RECENT_TURNS, SEARCH_K)
+from ..records import Context, MemoryRecord
 from ..errors import NotFound, PermissionDenied, ValidationError
 from .. import validation as v
 from .errors import BadJson, BadRequest, Forbidden, Unauthorized
@@ -228,7 +230,7 @@ class BatchBody(Strict):
 class SearchBody(Strict):
     query: Optional[str] = None
     embedding: Optional[list[float]] = None
-    k: int = 10
+    k: int = SEARCH_K
     filter: Optional[dict[str, Any]] = None
     agent_id: Optional[str] = None
     session_id: Optional[str] = None
@@ -292,10 +294,10 @@ class TurnBody(Strict):
 class ContextBody(Strict):
     query: Optional[str] = None
     session_id: Optional[str] = None
-    budget_tokens: int = 2000
-    max_turns: int = 20
-    turn_share: float = 0.5
-    k: int = 20
+    budget_tokens: int = CONTEXT_BUDGET_TOKENS
+    max_turns: int = CONTEXT_MAX_TURNS
+    turn_share: float = CONTEXT_TURN_SHARE
+    k: int = CONTEXT_K
     filter: Optional[dict[str, Any]] = None
     user_id: Optional[str] = None
 
@@ -303,7 +305,7 @@ class ContextBody(Strict):
 class ConsolidateBody(Strict):
     memories: list[Union[str, dict[str, Any]]]
     through_turn_id: StrictInt  # the last turn the summary covers (the newest one read from /pending)
-    max_turns: int = 1000
+    max_turns: int = PENDING_TURNS
     user_id: Optional[str] = None
 
 
@@ -347,7 +349,7 @@ async def add_batch(request: Request, body: BatchBody, p: Principal = Depends(pr
 async def list_memories(request: Request, p: Principal = Depends(principal),
                         agent_id: Optional[str] = None, session_id: Optional[str] = None,
                         filter: Optional[str] = Query(None, description="a JSON metadata filter (docs/filters.md)"),
-                        limit: int = Query(50, ge=1, le=1000), cursor: Optional[str] = None,
+                        limit: int = Query(LIST_LIMIT, ge=1, le=1000), cursor: Optional[str] = None,
                         created_after: Optional[datetime] = None, created_before: Optional[datetime] = None,
                         contains: Optional[str] = None, as_of: Optional[datetime] = None,
                         user_id: Optional[str] = None) -> dict:
@@ -460,14 +462,14 @@ async def append_turn(request: Request, session_id: str, body: TurnBody, p: Prin
 
 @router.get(V1 + "/sessions/{session_id}/turns", tags=["sessions"], summary="The session's recent turns")
 async def recent_turns(request: Request, session_id: str, p: Principal = Depends(principal),
-                       n: int = Query(20, ge=1, le=1000), user_id: Optional[str] = None) -> dict:
+                       n: int = Query(RECENT_TURNS, ge=1, le=1000), user_id: Optional[str] = None) -> dict:
     m = acting(request, p, write=False)
     return {"turns": dump(await m.recent_turns(session_id, n=n))}
 
 
 @router.get(V1 + "/sessions/{session_id}/pending", tags=["sessions"], summary="Consolidation input: unconsolidated turns")
 async def pending_turns(request: Request, session_id: str, p: Principal = Depends(principal),
-                        n: int = Query(1000, ge=1, le=10000), user_id: Optional[str] = None) -> dict:
+                        n: int = Query(PENDING_TURNS, ge=1, le=10000), user_id: Optional[str] = None) -> dict:
     m = acting(request, p, write=False)
     return {"turns": dump(await m.pending_turns(session_id, n=n))}
 

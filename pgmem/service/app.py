@@ -23,7 +23,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..client import GATEWAY_ROLE
+from ..defaults import DEFAULT_SPACE
+from ..transport import GATEWAY_ROLE
 from ..errors import PgmemError, ValidationError, redact_dsn
 from .errors import (
     BadJson, BadRequest, ClientGone, MethodNotAllowed, Overloaded, PayloadTooLarge, RateLimited, RouteNotFound,
@@ -84,7 +85,7 @@ class Settings:
     public_url: str | None = None
     cors_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
-    space: str = "default"
+    space: str = DEFAULT_SPACE
     embedder: Any = None
     max_body_bytes: int = 1 << 20
     rate_limit: float = 20.0
@@ -461,7 +462,7 @@ async def preflight(dsn: str | None) -> str:
     PermissionDenied with the fix, at once, rather than a connection pool that never fills."""
     import psycopg
 
-    from ..client import resolve_dsn
+    from ..transport import resolve_dsn
     from ..errors import DatabaseUnavailable, PermissionDenied
 
     conninfo, _ = await asyncio.to_thread(resolve_dsn, dsn)

@@ -26,6 +26,7 @@ from uuid import UUID
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from ..defaults import SEARCH_K
 from ..errors import NotFound, PgmemError, ValidationError
 from .errors import Forbidden, body_of
 from .store import Principal, check_user_id
@@ -336,7 +337,7 @@ async def memories(request: Request, user: str = "", agent: str = "", session_id
 
 @router.get("/search")
 @guarded
-async def search(request: Request, user: str = "", q: str = "", mode: str = "hybrid", k: int = 10, agent: str = ""):
+async def search(request: Request, user: str = "", q: str = "", mode: str = "hybrid", k: int = SEARCH_K, agent: str = ""):
     p = await require(request)
     ctx: dict[str, Any] = {"users": await _known_users(request), "user": user, "q": q, "mode": mode, "k": k,
                            "agent": agent, "hits": None}

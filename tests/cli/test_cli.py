@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-import pgmem.client
+import pgmem.requests
 from pgmem import migrations
 from pgmem.cli import app
 
@@ -227,7 +227,7 @@ def test_commands_without_text_never_load_the_model(cli, monkeypatch):
     def no_model():
         raise AssertionError("the embedding model was loaded")
 
-    monkeypatch.setattr(pgmem.client, "default_embedder", no_model)
+    monkeypatch.setattr(pgmem.requests, "default_embedder", no_model)
     for args in (("get", mid), ("list",), ("history", mid), ("stats",), ("delete", mid[:8]),
                  ("delete-all", "--yes")):
         ok(cli(*args))

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typer.testing import CliRunner
 
-import pgmem.client
+import pgmem.requests
 from pgmem.cli import app
 from pgmem.maintenance import vacuum_tables
 from pgmem.journal import Journal
@@ -30,7 +30,7 @@ def _clean_env(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("PGMEM_JOURNAL_DIR", str(tmp_path / "journal"))  # never the real per-user directory
-    monkeypatch.setattr(pgmem.client, "default_embedder", lambda: HashEmbedder(64))
+    monkeypatch.setattr(pgmem.requests, "default_embedder", lambda: HashEmbedder(64))
 
 
 @pytest.fixture

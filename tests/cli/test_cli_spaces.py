@@ -11,7 +11,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-import pgmem.client
+import pgmem.requests
 from pgmem.cli import COMMAND_GROUPS, app
 
 from test_cli import _clean_env, cli, doc, failed, ok  # noqa: F401  (fixtures)
@@ -40,7 +40,7 @@ def no_model(monkeypatch):
     """Any attempt to load the embedding model fails the test: a refused command must not need it."""
     def refuse():
         raise AssertionError("the embedding model was loaded")
-    monkeypatch.setattr(pgmem.client, "default_embedder", refuse)
+    monkeypatch.setattr(pgmem.requests, "default_embedder", refuse)
 
 
 @pytest.mark.parametrize("argv", READS, ids=lambda a: " ".join(a[:2]))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pgmem import demo, server
+from pgmem import demo, embedded
 from pgmem.testing import checkout_key, test_data_dir
 
 
@@ -16,14 +16,14 @@ def test_starting_the_embedded_server_says_it_keeps_running(tmp_path, capsys, mo
     path = tmp_path / "pg"
     monkeypatch.setenv("PGMEM_DATA_DIR", str(path))
     try:
-        st = server.start(path)
+        st = embedded.start(path)
         err = capsys.readouterr().err
         assert f"started the embedded PostgreSQL in {path} (pid {st.pid})" in err
         assert "keeps running after this process exits: pgmem server stop stops it" in err
-        server.start(path)  # already running: nothing to say
+        embedded.start(path)  # already running: nothing to say
         assert capsys.readouterr().err == ""
         monkeypatch.delenv("PGMEM_DATA_DIR")
-        assert server.stop_hint(path) == f"pgmem server stop --data-dir {path}"
+        assert embedded.stop_hint(path) == f"pgmem server stop --data-dir {path}"
 
         out = io.StringIO()
         monkeypatch.setenv("PGMEM_DATA_DIR", str(path))
@@ -33,7 +33,7 @@ def test_starting_the_embedded_server_says_it_keeps_running(tmp_path, capsys, mo
         assert f"The embedded PostgreSQL keeps running in the background (pid {st.pid}, data in {path})" in text
         assert "Stop it with: pgmem server stop" in text
     finally:
-        server.stop(path)
+        embedded.stop(path)
 
 
 def test_the_demo_on_your_own_server_says_nothing_about_stopping(dsn):

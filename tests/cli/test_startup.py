@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_importing_the_cli_loads_no_client_no_numpy_no_model():
-    code = ("import sys, pgmem, pgmem.cli; print(' '.join(m for m in ('numpy', 'pgmem.client', 'pgmem.aio', "
+    code = ("import sys, pgmem, pgmem.cli; print(' '.join(m for m in ('numpy', 'pgmem.client', 'pgmem.requests', 'pgmem.aio', "
             "'tokenizers', 'safetensors', 'torch', 'httpx', 'mcp', 'yoyo') if m in sys.modules) or 'none')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr

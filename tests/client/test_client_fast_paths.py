@@ -12,7 +12,8 @@ import pytest
 
 from pgmem import DimensionMismatch, ValidationError
 from pgmem import validation as v
-from pgmem.client import MemoryRecord, _row, json_loads, record_rows
+from pgmem.records import MemoryRecord, from_row, record_rows
+from pgmem.transport import json_loads
 
 
 def slow_check(value, dims):
@@ -105,12 +106,12 @@ def test_record_rows_matches_row_of_a_dict():
              "expires_at", "version", "similarity", "valid_from", "valid_to", "superseded_by"]
     values = list(range(len(names)))
     make = record_rows(MemoryRecord)(FakeCursor(names))
-    assert make(values) == _row(MemoryRecord, dict(zip(names, values)))
+    assert make(values) == from_row(MemoryRecord, dict(zip(names, values)))
     assert make(values).score is None  # a field without a column keeps its default
-    # Columns that are not fields are left out, as _row does.
+    # Columns that are not fields are left out, as from_row does.
     more = names + ["rank", "bs"]
     make = record_rows(MemoryRecord)(FakeCursor(more))
-    assert make(values + [9, 9]) == _row(MemoryRecord, dict(zip(more, values + [9, 9])))
+    assert make(values + [9, 9]) == from_row(MemoryRecord, dict(zip(more, values + [9, 9])))
     assert record_rows(MemoryRecord)(FakeCursor(None))([]) is None  # a statement without a result
 
 

@@ -109,12 +109,12 @@ def test_expires_at_infinity_still_means_never_whatever_the_space_ttl(alice):
 def test_identity_copies_share_one_lazily_loaded_embedder(alice, monkeypatch):
     """with_identity copied __dict__ while the default embedder was still None, so every copy (the service
     makes one per request) loaded a model of its own, and the service's readiness said "not loaded yet"."""
-    import pgmem.client as client
+    import pgmem.requests as requests
     from pgmem import Memory
     from pgmem.testing import HashEmbedder
 
     made = []
-    monkeypatch.setattr(client, "default_embedder", lambda: made.append(HashEmbedder(64)) or made[-1])
+    monkeypatch.setattr(requests, "default_embedder", lambda: made.append(HashEmbedder(64)) or made[-1])
     base = Memory(alice.dsn, user_id="alice", space=alice.space_name)
     try:
         a, b = base.with_identity(user_id="u1"), base.with_identity(user_id="u2")

@@ -121,12 +121,16 @@ def test_no_import_circle_between_the_client_and_the_writer():
 def test_the_cli_keeps_argument_handling_and_printing():
     """File writes, export files and VACUUM are library code (pgmem.files, pgmem.exports, pgmem.maintenance):
     the CLI opens no database connection and writes no file of its own."""
-    tree = ast.parse((PACKAGE / "cli.py").read_text(encoding="utf-8"))
-    calls = {(ast.unparse(n.func.value), n.func.attr) for n in ast.walk(tree)
-             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)}
-    assert not {c for c in calls if c[0] in ("psycopg", "os") and c[1] in ("connect", "open", "replace", "link",
-                                                                            "fsync", "write")}
-    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "open"]
+    modules = sorted((PACKAGE / "cli").glob("*.py"))
+    assert {"__init__.py", "app.py", "memories.py"} <= {m.name for m in modules}
+    for module in modules:
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        calls = {(ast.unparse(n.func.value), n.func.attr) for n in ast.walk(tree)
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)}
+        assert not {c for c in calls if c[0] in ("psycopg", "os") and c[1] in ("connect", "open", "replace", "link",
+                                                                                "fsync", "write")}, module.name
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "open"], \
+            module.name
     from pgmem import exports, files, maintenance
 
     assert callable(files.write_output_file) and callable(exports.read_export) and callable(maintenance.vacuum_tables)

@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pgmem import server
+from pgmem import embedded as server
 from pgmem.embedders import MINILM_FILES
 
 from support.service_helpers import bootstrap, free_port, issue_key

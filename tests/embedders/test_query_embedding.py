@@ -144,7 +144,7 @@ def test_cli_search_and_context_embed_the_query_as_a_query(dsn, monkeypatch):
 
 
 def test_mcp_recall_embeds_the_query_as_a_query(mem):
-    from pgmem.mcp_server import build_server
+    from pgmem.integrations.mcp import build_server
 
     mem.add("Alice is vegetarian")
     rec.CALLS.clear()

@@ -274,7 +274,7 @@ def _apply_up_to(dsn: str, last: str) -> None:
 
 def _full_dump(dsn: str) -> str:
     """pg_dump of schema pgmem with owners and privileges (grants, ACLs, ownership all compared)."""
-    from pgmem import server
+    from pgmem import embedded as server
 
     if one(dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgmem'") == 0:
         return ""  # before 0002 there is no schema (pg_dump refuses a pattern that matches nothing)

@@ -11,7 +11,7 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from conftest import as_api, connect
-from pgmem.client import idle_socket_quiet
+from pgmem.transport import idle_socket_quiet
 from pgmem.testing import HashEmbedder
 from test_routing_cache import exact, search
 

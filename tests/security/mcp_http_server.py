@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from pgmem import mcp_server
+from pgmem.integrations import mcp as mcp_server
 from pgmem.testing import HashEmbedder
 
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import connect
 
 from pgmem import Memory, importer
-from pgmem.client import content_hash, extra_texts
+from pgmem.validation import content_hash, extra_texts
 from pgmem.errors import ValidationError
 from pgmem.testing import HashEmbedder
 

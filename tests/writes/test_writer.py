@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgmem import Memory, ValidationError, migrations, server
+from pgmem import Memory, ValidationError, embedded, migrations
 from pgmem.journal import Journal, JournalBusy, JournalError
 from pgmem.testing import HashEmbedder
 from pgmem.writer import QueueFull, WriterClosed
@@ -404,10 +404,10 @@ def test_sigkill_during_a_burst_keeps_every_acknowledged_write(alice, admin, dsn
 @pytest.fixture
 def own_cluster(tmp_path):
     data = tmp_path / "pg"
-    url = server.start(data).url()
+    url = embedded.start(data).url()
     migrations.migrate(url)
     yield data, url
-    server.stop(data)
+    embedded.stop(data)
 
 
 def test_database_down_mid_stream_every_write_lands_once_in_order(own_cluster, tmp_path):
@@ -432,10 +432,10 @@ def test_database_down_mid_stream_every_write_lands_once_in_order(own_cluster, t
     producer.start()
     try:
         wait_for(lambda: len(acks) >= 100, "writes before the outage")
-        server.stop(data)
+        embedded.stop(data)
         wait_for(lambda: any(a.status == "journaled" for a in acks), "writes to reach the journal")
         time.sleep(3)  # the database stays down for several seconds while writes keep coming
-        server.start(data)
+        embedded.start(data)
         wait_for(lambda: writer.stats()["replayed"] > 0, "the journal to be replayed")
         time.sleep(0.5)  # and more writes after the restart
     finally:

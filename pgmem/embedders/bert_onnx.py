@@ -1,4 +1,4 @@
-"""all-MiniLM-L6-v2 on onnxruntime: the forward pass of :class:`pgmem._bert.BertEncoder` written as an ONNX
+"""all-MiniLM-L6-v2 on onnxruntime: the forward pass of :class:`pgmem.embedders.bert.BertEncoder` written as an ONNX
 graph (opset 20: LayerNormalization, Gelu, Softmax, the same float32 arithmetic) over the same weights, built in
 memory when the encoder loads and run by onnxruntime's CPU provider with its graph optimisations on.
 
@@ -14,11 +14,11 @@ import os
 
 import numpy as np
 
-from ._bert import BertEncoder, pad
+from .bert import BertEncoder, pad
 
 
 def build_graph(enc: BertEncoder, opset: int = 20):
-    """The ONNX model (an ``onnx.ModelProto``) of ``enc`` (a pgmem._bert.BertEncoder): inputs ``input_ids``
+    """The ONNX model (an ``onnx.ModelProto``) of ``enc`` (a pgmem.embedders.bert.BertEncoder): inputs ``input_ids``
     (int64, N x L) and ``attention_mask`` (float32, N x L, 1 for tokens); output ``embedding`` (float32,
     N x hidden): mean-pooled over the mask and L2-normalised, as BertEncoder.forward."""
     from onnx import TensorProto as TP

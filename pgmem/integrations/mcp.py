@@ -37,7 +37,8 @@ from uuid import UUID
 
 from pydantic import Field
 
-from .errors import NotFound, PgmemError, ValidationError
+from ..defaults import CONTEXT_BUDGET_TOKENS, DEFAULT_SPACE, SEARCH_K, SHOWN_PAGE
+from ..errors import NotFound, PgmemError, ValidationError
 
 log = logging.getLogger("pgmem.mcp")
 
@@ -104,7 +105,7 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
     import anyio.to_thread
 
     server_cls, tool_error, v2 = _sdk()
-    from . import __version__
+    from .. import __version__
 
     kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS, "log_level": "WARNING"}
     if v2:
@@ -137,7 +138,7 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
 
     async def recall(
         query: Annotated[str, Field(description="A natural-language question or keywords.")],
-        k: Annotated[int, Field(description="How many memories to return (1..1000).", ge=1, le=1000)] = 10,
+        k: Annotated[int, Field(description="How many memories to return (1..1000).", ge=1, le=1000)] = SEARCH_K,
         filter: Annotated[Optional[dict[str, Any]], Field(
             description='Optional metadata filter, e.g. {"topic": "food"} or {"priority": {"gte": 3}}.')] = None,
         min_score: Annotated[Optional[float], Field(
@@ -183,7 +184,7 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
         return {"id": str(found[0].memory_id), "events": [_event(e) for e in found]}
 
     async def list_memories(
-        limit: Annotated[int, Field(description="Memories per page (1..1000).", ge=1, le=1000)] = 20,
+        limit: Annotated[int, Field(description="Memories per page (1..1000).", ge=1, le=1000)] = SHOWN_PAGE,
         cursor: Annotated[Optional[str], Field(
             description="`next_cursor` of the previous page, to continue after it.")] = None,
         contains: Annotated[Optional[str], Field(
@@ -220,7 +221,7 @@ def build_server(memory: Any, *, name: str = "pgmem") -> Any:
         session_id: Annotated[Optional[str], Field(
             description="The conversation whose latest turns to include (optional).")] = None,
         budget_tokens: Annotated[int, Field(
-            description="Most tokens the context may take (pgmem's estimate).", ge=1, le=1_000_000)] = 2000,
+            description="Most tokens the context may take (pgmem's estimate).", ge=1, le=1_000_000)] = CONTEXT_BUDGET_TOKENS,
     ) -> dict[str, Any]:
         """What to read before answering `query`: the most relevant memories (best first), then the latest
         turns of the session (oldest first), as labelled lines in `text`, never more than `budget_tokens`."""
@@ -448,7 +449,7 @@ def run_stdio(server: Any) -> None:
     anyio.run(main)
 
 
-def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = "default",
+def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = DEFAULT_SPACE,
           role: str | None | type = ..., transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
           embedder: Any = None, token: str | None = None) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (HTTP).
@@ -457,8 +458,8 @@ def serve(dsn: str | None, *, user: str, agent: str | None = None, space: str = 
     there, see :func:`resolve_token`; stdio takes none). The token, the database and the embedding model are
     checked before serving, so a missing token, a wrong DSN or user fails at once with pgmem's error (on
     stderr) instead of on the first request. Raises ValidationError, PgmemError."""
-    from .client import Memory
-    from .embedders import default_embedder
+    from ..client import Memory
+    from ..embedders import default_embedder
 
     if transport not in ("stdio", "streamable-http"):
         raise ValidationError(f"transport must be 'stdio' or 'streamable-http', got {transport!r}", field="transport")

@@ -1,0 +1,5 @@
+"""``python -m pgmem.cli``: the ``pgmem`` command."""
+
+from . import main
+
+main()
