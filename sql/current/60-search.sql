@@ -483,6 +483,109 @@ $$;
 COMMENT ON FUNCTION pgmem._hybrid_formula(double precision, double precision, double precision, double precision) IS
     'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5, the vector score measured from the candidates'' 10th percentile times n / (n + 20) for n candidates) and its fusion weights, each NULL argument replaced by its default (text 0.4, vector 0.6, speaker 0.2, session 0.4).';
 
+-- The p_k memories of a user and space with the highest BM25 over their own text (k1 1.2, b 0.5; the statistics of
+-- every memory of the user that holds: pgmem.term_stats), for the query's lexemes, from the postings
+-- (pgmem.memory_terms), best first (ties by id). Exact, by a threshold algorithm in blocks: each round reads the
+-- first B postings of every query term in impact order (one short range scan of memory_terms_impact_idx each),
+-- scores the memories seen (their other terms by primary key, only for those that could still enter the top p_k),
+-- and stops when the p_k-th score is at least what a memory not yet seen could reach (the sum, over the terms, of
+-- idf times the next unread impact times max(1, avgdl / 20): pgmem._term_impact's bound); else B grows fourfold.
+-- Reads a number of postings that depends on the query's terms, not on the user's size, unless every term is
+-- common and of equal weight.
+CREATE FUNCTION pgmem._text_top(
+    p_user text,
+    p_space_id integer,
+    p_lexemes text[],
+    p_k integer,
+    p_exact integer,
+    p_max_depth integer,
+    OUT o_ids uuid[],
+    OUT o_scores double precision[],
+    OUT o_rounds integer,
+    OUT o_depth integer,
+    OUT o_exact boolean
+)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_n double precision;
+    v_avgdl double precision;
+    v_phi double precision;
+    v_lex text[];
+    v_idf double precision[];
+    v_exact integer := least(p_exact, p_k);
+    v_b integer := greatest(p_k, 10);
+    v_tau double precision;
+    v_kth double precision;
+    v_open boolean;
+    v_unsure boolean;
+BEGIN
+    SELECT s.docs, greatest(s.total_len::float8 / nullif(s.docs, 0), 1) INTO v_n, v_avgdl
+    FROM pgmem.term_stats s WHERE s.user_id = p_user AND s.space_id = p_space_id AND s.lexeme = '';
+    IF coalesce(v_n, 0) <= 0 OR cardinality(p_lexemes) = 0 THEN
+        RETURN;
+    END IF;
+    v_phi := greatest(1.0, v_avgdl / 20.0);
+    -- Okapi idf, ln(1 + (N - df + 0.5) / (df + 0.5)), of each query term the user holds.
+    SELECT array_agg(s.lexeme ORDER BY s.lexeme), array_agg(ln(1 + (v_n - s.docs + 0.5) / (s.docs + 0.5)) ORDER BY s.lexeme)
+    INTO v_lex, v_idf
+    FROM pgmem.term_stats s
+    WHERE s.user_id = p_user AND s.space_id = p_space_id AND s.lexeme = ANY (p_lexemes) AND s.lexeme <> '' AND s.docs > 0;
+    IF v_lex IS NULL THEN
+        RETURN;
+    END IF;
+    o_rounds := 0;
+    LOOP
+        o_rounds := o_rounds + 1;
+        WITH q AS (SELECT * FROM unnest(v_lex, v_idf) AS q(lexeme, idf)),
+        top AS MATERIALIZED (  -- the first B + 1 postings of each term, impact first (ties by memory id)
+            SELECT q.lexeme, q.idf, p.memory_id, p.tf, p.dl, p.impact, p.rn
+            FROM q CROSS JOIN LATERAL (
+                SELECT t.memory_id, t.tf, t.dl, t.impact, row_number() OVER (ORDER BY t.impact DESC, t.memory_id) AS rn
+                FROM pgmem.memory_terms t
+                WHERE t.user_id = p_user AND t.space_id = p_space_id AND t.lexeme = q.lexeme
+                ORDER BY t.impact DESC, t.memory_id LIMIT v_b + 1) p),
+        bound AS MATERIALIZED (  -- the most an unread posting of each term can add (0: the term is read to its end)
+            SELECT q.lexeme, coalesce(max(q.idf * v_phi * t.impact) FILTER (WHERE t.rn = v_b + 1), 0) AS ub
+            FROM q LEFT JOIN top t USING (lexeme) GROUP BY q.lexeme),
+        seen AS MATERIALIZED (  -- the memories read: their score from the terms read, and the most the others could add
+            SELECT t.memory_id, sum(t.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.5 + 0.5 * t.dl / v_avgdl))) AS lo,
+                   count(*) = cardinality(v_lex) AS complete,
+                   (SELECT sum(x.ub) FROM bound x) - sum(b.ub) AS rest
+            FROM top t JOIN bound b USING (lexeme) WHERE t.rn <= v_b GROUP BY t.memory_id),
+        kth AS (SELECT coalesce((SELECT s.lo FROM seen s ORDER BY s.lo DESC LIMIT 1 OFFSET v_exact - 1), 0) AS lo),
+        fix AS MATERIALIZED (  -- exact scores of the memories read that could still enter the top k, by primary key
+            SELECT c.memory_id, sum(q.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.5 + 0.5 * t.dl / v_avgdl))) AS s
+            FROM (SELECT s.memory_id FROM seen s, kth WHERE NOT s.complete AND s.lo + s.rest > kth.lo
+                  ORDER BY s.lo + s.rest DESC, s.memory_id LIMIT 4 * v_exact) c
+            CROSS JOIN LATERAL (
+                SELECT t.lexeme, t.tf, t.dl FROM pgmem.memory_terms t
+                WHERE t.user_id = p_user AND t.memory_id = c.memory_id AND t.lexeme = ANY (v_lex)) t
+            JOIN q USING (lexeme)
+            GROUP BY c.memory_id),
+        best AS (
+            SELECT s.memory_id, coalesce(f.s, s.lo) AS s FROM seen s LEFT JOIN fix f USING (memory_id)
+            ORDER BY 2 DESC, 1 LIMIT p_k)
+        SELECT array_agg(b.memory_id ORDER BY b.s DESC, b.memory_id), array_agg(b.s ORDER BY b.s DESC, b.memory_id),
+               (SELECT sum(x.ub) FROM bound x), (SELECT bool_or(x.ub > 0) FROM bound x),
+               (SELECT count(*) FROM seen s, kth WHERE NOT s.complete AND s.lo + s.rest > kth.lo) > 4 * v_exact
+        INTO o_ids, o_scores, v_tau, v_open, v_unsure
+        FROM best b;
+        v_kth := o_scores[v_exact];
+        o_depth := v_b;
+        -- Exact when no unread posting can matter (every term read to its end, or the p_exact-th score reaches
+        -- what an unseen memory could score) and every memory read that could beat it was scored in full.
+        o_exact := NOT v_unsure AND (NOT v_open OR (cardinality(o_ids) >= v_exact AND v_kth >= v_tau));
+        EXIT WHEN o_exact OR v_b >= p_max_depth;
+        v_b := least(v_b * 4, p_max_depth);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION pgmem._text_top(text, integer, text[], integer, integer, integer) IS
+    'Internal: the p_k memories of a user and space (that hold; expired ones included until purged) with the highest BM25 of their own text for the lexemes p_lexemes (k1 1.2, b 0.5, the user''s statistics in pgmem.term_stats), best first, ties by id, with their scores; exact (threshold algorithm over pgmem.memory_terms in impact order, o_rounds rounds reading o_depth postings a term at most). NULL arrays when no memory holds a term.';
+
 -- Hybrid recall. Candidates: every memory of the scope when at most pgmem.exact_search_max_rows match, else
 -- the best full-text matches united with the nearest vectors (HNSW); then three static statements score them
 -- (planned once per connection, generic plans): (1) one pass over the candidates (the user's rows hash-joined on
@@ -590,17 +693,27 @@ BEGIN
         v_cast := CASE v_space.index_kind WHEN 'hnsw_halfvec' THEN '@vector@.halfvec' ELSE '@vector@.vector' END || '(' || v_space.dims || ')';
         PERFORM set_config('hnsw.ef_search', least(1000, v_pool)::text, true);
         PERFORM set_config('hnsw.max_scan_tuples', greatest(20000, 200 * p_k)::text, true);
-        -- The full-text pool by a bitmap scan of the tenant's rows (pages in physical order, each read once: 0.6x
-        -- the time of the index scan in created_at order that the generic plan picks, bench/FINDINGS.md H6); equal
-        -- text ranks newest first, as the final order breaks ties (before, the scan's order broke them).
-        PERFORM set_config('enable_indexscan', 'off', true);
-        EXECUTE format('SELECT array(SELECT m.id FROM pgmem.memories m WHERE %1$s AND m.fts @@ $14'
-                       || ' ORDER BY ts_rank(m.fts, $14) DESC, m.created_at DESC, m.id LIMIT %2$s)', v_scope.o_sql, v_pool)
-        INTO v_ids
-        USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
-              (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
-              NULL::integer, NULL::text, NULL::float8, v_lexemes, v_tsquery;
-        PERFORM set_config('enable_indexscan', 'on', true);
+        -- The full-text pool. A filtered scope's by a bitmap scan of the tenant's rows (pages in physical order, each
+        -- read once: 0.6x the time of the index scan in created_at order that the generic plan picks,
+        -- bench/FINDINGS.md H6), equal text ranks newest first, as the final order breaks ties.
+        IF p_as_of IS NULL AND p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
+           AND p_created_before IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb) THEN
+            -- The whole space: the v_pool best by BM25 over the user's own texts, from the postings, whatever the
+            -- user's size (pgmem._text_top, exact), less those expired and not yet purged.
+            v_ids := (pgmem._text_top(v_user, v_space.space_id, v_lexemes, v_pool, p_k, 4 * v_pool)).o_ids;
+            v_ids := ARRAY(SELECT m.id FROM unnest(v_ids) AS c(id) JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
+                           WHERE pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now() AND m.valid_from <= now());
+        ELSE
+            -- A filtered scope: its rows that hold a query term, ranked by ts_rank.
+            PERFORM set_config('enable_indexscan', 'off', true);
+            EXECUTE format('SELECT array(SELECT m.id FROM pgmem.memories m WHERE %1$s AND m.fts @@ $14'
+                           || ' ORDER BY ts_rank(m.fts, $14) DESC, m.created_at DESC, m.id LIMIT %2$s)', v_scope.o_sql, v_pool)
+            INTO v_ids
+            USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+                  (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
+                  NULL::integer, NULL::text, NULL::float8, v_lexemes, v_tsquery;
+            PERFORM set_config('enable_indexscan', 'on', true);
+        END IF;
         IF p_embedding IS NOT NULL THEN  -- united with the nearest vectors (HNSW)
             -- Pass 1: HNSW. The scan of the shared index stops after hnsw.max_scan_tuples entries: when other
             -- tenants' vectors lie nearer the query than this user's, it returns fewer rows than asked (none at
