@@ -92,7 +92,8 @@ def prepare(args) -> str:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
     migrations.migrate(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        n = conn.execute("SELECT count(*) FROM pgmem.memories WHERE user_id NOT LIKE %s", [BIG + "%"]).fetchone()[0]
+        n = conn.execute("SELECT count(*) FROM pgmem.memories WHERE user_id NOT LIKE %s AND user_id <> 'topicalchat-pool'",
+                         [BIG + "%"]).fetchone()[0]
     if n == 0:
         from pgmem import Memory, MiniLMEmbedder, importer
 
@@ -120,9 +121,10 @@ def make_big(url: str, rows: int, name: str = BIG) -> None:
                 CREATE TEMP TABLE big_map ON COMMIT DROP AS
                 SELECT t.user_id, t.id, j.j, gen_random_uuid() AS new_id
                 FROM (SELECT m.user_id, m.id, row_number() OVER (ORDER BY m.user_id, m.created_at, m.seq) AS r
-                      FROM pgmem.memories m WHERE m.user_id NOT LIKE %(big)s) t
+                      FROM pgmem.memories m WHERE m.user_id NOT LIKE %(big)s AND m.user_id <> 'topicalchat-pool') t
                 CROSS JOIN generate_series(0, 1000) AS j(j)
-                WHERE j.j * (SELECT count(*) FROM pgmem.memories WHERE user_id NOT LIKE %(big)s) + t.r <= %(rows)s""",
+                WHERE j.j * (SELECT count(*) FROM pgmem.memories WHERE user_id NOT LIKE %(big)s
+                                AND user_id <> 'topicalchat-pool') + t.r <= %(rows)s""",
                          {"big": BIG + "%", "rows": rows})
             conn.execute("""
                 CREATE TEMP TABLE big_noise ON COMMIT DROP AS
@@ -193,8 +195,9 @@ def workload(path: Path, per_user: int, bigs: list[str]) -> tuple[dict[str, "np.
 
 
 # The text side's BM25 (docs/recall.md) over every memory of a user, from pgmem.memories alone: the user's own count,
-# average length and document frequencies, each memory's own fts. The reference the postings' top 10 is held to.
-EXACT_TEXT_TOP = """
+# average length and document frequencies, each memory's own fts. The reference the postings' top 10 is held to:
+# every memory holding a query term with its score, best first (ties by id).
+EXACT_TEXT_SCORES = """
 WITH q AS (SELECT DISTINCT x.lexeme FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s)) x),
 m AS MATERIALIZED (SELECT m.id, m.fts, m.fts_len FROM pgmem.memories m
                    WHERE m.user_id = %(user)s AND m.space_id = %(space)s AND m.valid_to IS NULL),
@@ -202,31 +205,40 @@ st AS (SELECT count(*)::float8 AS n, greatest(avg(m.fts_len), 1)::float8 AS avgd
 p AS MATERIALIZED (SELECT m.id, m.fts_len, x.lexeme, coalesce(array_length(x.positions, 1), 1)::float8 AS tf
                    FROM m CROSS JOIN LATERAL unnest(m.fts) x JOIN q USING (lexeme)),
 df AS (SELECT p.lexeme, count(*)::float8 AS df FROM p GROUP BY p.lexeme)
-SELECT p.id FROM p JOIN df USING (lexeme) CROSS JOIN st
+SELECT p.id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5)) * p.tf * (%(k1)s + 1)
+                 / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.fts_len / st.avgdl))) AS s
+FROM p JOIN df USING (lexeme) CROSS JOIN st
 GROUP BY p.id
-ORDER BY sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5)) * p.tf * (%(k1)s + 1)
-             / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.fts_len / st.avgdl))) DESC, p.id
-LIMIT 10"""
+ORDER BY 2 DESC, 1"""
 
 
-def text_overlap(conn, user: str, qs: list[str]) -> tuple[float, int]:
-    """Mean overlap (share of common ids) of the postings' text top 10 (``pgmem._text_top``) with
-    :data:`EXACT_TEXT_TOP` over ``qs``, and the number of questions with a text side."""
+def text_overlap(conn, user: str, qs: list[str], depth: int = 2000) -> tuple[float, float, int]:
+    """Over ``qs``: the mean overlap of the text side's top 10 (``pgmem._text_top`` as search_hybrid asks it at
+    k = 10: its 100 best, the first 10 exact unless it stops at ``depth`` postings a term) with the top 10 of
+    :data:`EXACT_TEXT_SCORES`, (1) as sets of ids, ties at the cut broken by id as both sides order them, and (2)
+    up to ties: a memory counts when its exact score is at least the 10th best (the big users' copies of a turn
+    score alike, so any 10 of them are an exact top 10); and the number of questions with a text side."""
     space, config = conn.execute("SELECT space_id, text_config::text FROM pgmem.spaces WHERE name = %s",
                                  [SPACE]).fetchone()
     k1, b = conn.execute("SELECT k1, b FROM pgmem._hybrid_formula(NULL, NULL, NULL, NULL)").fetchone()
-    shares = []
+    strict, tied = [], []
     for q in qs:
         lex = [r[0] for r in conn.execute("SELECT DISTINCT x.lexeme FROM unnest(to_tsvector(%s::regconfig, %s)) x",
                                           [config, q]).fetchall()]
-        # As search_hybrid asks for its pool at k = 10: the 100 best, the first 10 exact, at most 400 postings a term.
-        got = conn.execute("SELECT (t.o_ids)[1:10] FROM pgmem._text_top(%s, %s, %s, 100, 10, 400) t",
-                           [user, space, lex]).fetchone()[0]
-        want = [r[0] for r in conn.execute(EXACT_TEXT_TOP, {"config": config, "query": q, "user": user, "space": space,
-                                                            "k1": k1, "b": b}).fetchall()]
-        if want:
-            shares.append(len(set(got or []) & set(want)) / len(want))
-    return (statistics.mean(shares) if shares else float("nan")), len(shares)
+        got = conn.execute("SELECT (t.o_ids)[1:10] FROM pgmem._text_top(%s, %s, %s, 100, 10, %s) t",
+                           [user, space, lex, depth]).fetchone()[0] or []
+        scored = conn.execute(EXACT_TEXT_SCORES, {"config": config, "query": q, "user": user, "space": space,
+                                                  "k1": k1, "b": b}).fetchall()
+        if not scored:
+            continue
+        want = [r[0] for r in scored[:10]]
+        cut = scored[min(10, len(scored)) - 1][1]
+        score = dict(scored)
+        strict.append(len(set(got) & set(want)) / len(want))
+        tied.append(sum(1 for i in got if score.get(i, -1) >= cut * (1 - 1e-9)) / len(want))
+    if not strict:
+        return float("nan"), float("nan"), 0
+    return statistics.mean(strict), statistics.mean(tied), len(strict)
 
 
 def plot_scale(path: Path, rows: list[dict]) -> None:
@@ -345,10 +357,11 @@ def main(argv=None) -> int:
     if args.baseline_before:
         print(f"baseline: search_hybrid released before migration {args.baseline_before}; the same top {K} (ids, in "
               f"order) on {same[0]} of {same[1]} questions")
-    for b, (share, n) in overlap.items():
+    for b, (share, tied, n) in overlap.items():
         print(f"text side of {b}: top 10 from the postings against BM25 over all {counts[b]} memories: "
-              f"overlap {share:.3f} ({n} questions)")
-        next(r for r in rows if r["users"] == b)["text_top10_overlap"] = round(share, 4)
+              f"overlap {share:.3f} as ids, {tied:.3f} up to ties ({n} questions)")
+        row = next(r for r in rows if r["users"] == b)
+        row["text_top10_overlap"], row["text_top10_overlap_ties"] = round(share, 4), round(tied, 4)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "hybrid.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))

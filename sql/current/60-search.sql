@@ -515,6 +515,8 @@ DECLARE
     v_phi double precision;
     v_lex text[];
     v_idf double precision[];
+    v_df bigint[];
+    v_fix integer := greatest(p_k, 4 * p_exact);  -- memories scored in full by primary key per round, at most
     v_exact integer := least(p_exact, p_k);
     v_b integer := greatest(p_k, 10);
     v_tau double precision;
@@ -529,8 +531,9 @@ BEGIN
     END IF;
     v_phi := greatest(1.0, v_avgdl / 20.0);
     -- Okapi idf, ln(1 + (N - df + 0.5) / (df + 0.5)), of each query term the user holds.
-    SELECT array_agg(s.lexeme ORDER BY s.lexeme), array_agg(ln(1 + (v_n - s.docs + 0.5) / (s.docs + 0.5)) ORDER BY s.lexeme)
-    INTO v_lex, v_idf
+    SELECT array_agg(s.lexeme ORDER BY s.lexeme), array_agg(ln(1 + (v_n - s.docs + 0.5) / (s.docs + 0.5)) ORDER BY s.lexeme),
+           array_agg(s.docs ORDER BY s.lexeme)
+    INTO v_lex, v_idf, v_df
     FROM pgmem.term_stats s
     WHERE s.user_id = p_user AND s.space_id = p_space_id AND s.lexeme = ANY (p_lexemes) AND s.lexeme <> '' AND s.docs > 0;
     IF v_lex IS NULL THEN
@@ -539,27 +542,29 @@ BEGIN
     o_rounds := 0;
     LOOP
         o_rounds := o_rounds + 1;
-        WITH q AS (SELECT * FROM unnest(v_lex, v_idf) AS q(lexeme, idf)),
-        top AS MATERIALIZED (  -- the first B + 1 postings of each term, impact first (ties by memory id)
-            SELECT q.lexeme, q.idf, p.memory_id, p.tf, p.dl, p.impact, p.rn
+        WITH q AS (  -- each term's depth this round: B, or all of its postings when it has at most p_max_depth
+            SELECT q.lexeme, q.idf, CASE WHEN q.df <= p_max_depth THEN q.df ELSE v_b END AS depth
+            FROM unnest(v_lex, v_idf, v_df) AS q(lexeme, idf, df)),
+        top AS MATERIALIZED (  -- the first depth + 1 postings of each term, impact first (ties by memory id)
+            SELECT q.lexeme, q.idf, q.depth, p.memory_id, p.tf, p.dl, p.impact, p.rn
             FROM q CROSS JOIN LATERAL (
                 SELECT t.memory_id, t.tf, t.dl, t.impact, row_number() OVER (ORDER BY t.impact DESC, t.memory_id) AS rn
                 FROM pgmem.memory_terms t
                 WHERE t.user_id = p_user AND t.space_id = p_space_id AND t.lexeme = q.lexeme
-                ORDER BY t.impact DESC, t.memory_id LIMIT v_b + 1) p),
+                ORDER BY t.impact DESC, t.memory_id LIMIT q.depth + 1) p),
         bound AS MATERIALIZED (  -- the most an unread posting of each term can add (0: the term is read to its end)
-            SELECT q.lexeme, coalesce(max(q.idf * v_phi * t.impact) FILTER (WHERE t.rn = v_b + 1), 0) AS ub
+            SELECT q.lexeme, coalesce(max(q.idf * v_phi * t.impact) FILTER (WHERE t.rn = t.depth + 1), 0) AS ub
             FROM q LEFT JOIN top t USING (lexeme) GROUP BY q.lexeme),
         seen AS MATERIALIZED (  -- the memories read: their score from the terms read, and the most the others could add
             SELECT t.memory_id, sum(t.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.5 + 0.5 * t.dl / v_avgdl))) AS lo,
                    count(*) = cardinality(v_lex) AS complete,
                    (SELECT sum(x.ub) FROM bound x) - sum(b.ub) AS rest
-            FROM top t JOIN bound b USING (lexeme) WHERE t.rn <= v_b GROUP BY t.memory_id),
+            FROM top t JOIN bound b USING (lexeme) WHERE t.rn <= t.depth GROUP BY t.memory_id),
         kth AS (SELECT coalesce((SELECT s.lo FROM seen s ORDER BY s.lo DESC LIMIT 1 OFFSET v_exact - 1), 0) AS lo),
         fix AS MATERIALIZED (  -- exact scores of the memories read that could still enter the top k, by primary key
             SELECT c.memory_id, sum(q.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.5 + 0.5 * t.dl / v_avgdl))) AS s
             FROM (SELECT s.memory_id FROM seen s, kth WHERE NOT s.complete AND s.lo + s.rest > kth.lo
-                  ORDER BY s.lo + s.rest DESC, s.memory_id LIMIT 4 * v_exact) c
+                  ORDER BY s.lo + s.rest DESC, s.memory_id LIMIT v_fix) c
             CROSS JOIN LATERAL (
                 SELECT t.lexeme, t.tf, t.dl FROM pgmem.memory_terms t
                 WHERE t.user_id = p_user AND t.memory_id = c.memory_id AND t.lexeme = ANY (v_lex)) t
@@ -570,7 +575,7 @@ BEGIN
             ORDER BY 2 DESC, 1 LIMIT p_k)
         SELECT array_agg(b.memory_id ORDER BY b.s DESC, b.memory_id), array_agg(b.s ORDER BY b.s DESC, b.memory_id),
                (SELECT sum(x.ub) FROM bound x), (SELECT bool_or(x.ub > 0) FROM bound x),
-               (SELECT count(*) FROM seen s, kth WHERE NOT s.complete AND s.lo + s.rest > kth.lo) > 4 * v_exact
+               (SELECT count(*) FROM seen s, kth WHERE NOT s.complete AND s.lo + s.rest > kth.lo) > v_fix
         INTO o_ids, o_scores, v_tau, v_open, v_unsure
         FROM best b;
         v_kth := o_scores[v_exact];
@@ -578,8 +583,8 @@ BEGIN
         -- Exact when no unread posting can matter (every term read to its end, or the p_exact-th score reaches
         -- what an unseen memory could score) and every memory read that could beat it was scored in full.
         o_exact := NOT v_unsure AND (NOT v_open OR (cardinality(o_ids) >= v_exact AND v_kth >= v_tau));
-        EXIT WHEN o_exact OR v_b >= p_max_depth;
-        v_b := least(v_b * 4, p_max_depth);
+        EXIT WHEN o_exact OR v_b >= least(4 * p_k, p_max_depth);
+        v_b := least(v_b * 4, 4 * p_k, p_max_depth);
     END LOOP;
 END
 $$;
@@ -700,7 +705,7 @@ BEGIN
            AND p_created_before IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb) THEN
             -- The whole space: the v_pool best by BM25 over the user's own texts, from the postings, whatever the
             -- user's size (pgmem._text_top, exact), less those expired and not yet purged.
-            v_ids := (pgmem._text_top(v_user, v_space.space_id, v_lexemes, v_pool, p_k, 4 * v_pool)).o_ids;
+            v_ids := (pgmem._text_top(v_user, v_space.space_id, v_lexemes, v_pool, p_k, 20 * v_pool)).o_ids;
             v_ids := ARRAY(SELECT m.id FROM unnest(v_ids) AS c(id) JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
                            WHERE pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now() AND m.valid_from <= now());
         ELSE
