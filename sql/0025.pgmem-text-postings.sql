@@ -53,7 +53,8 @@ CREATE POLICY term_stats_tenant ON pgmem.term_stats
     WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
 
 -- Hybrid recall. Candidates: every memory of the scope when at most pgmem.exact_search_max_rows match, else
--- the best full-text matches united with the nearest vectors (HNSW); then three static statements score them
+-- the best full-text matches (from the postings, pgmem._text_top, for a search of the whole space) united with
+-- the nearest vectors (HNSW); then three static statements score them
 -- (planned once per connection, generic plans): (1) one pass over the candidates (the user's rows hash-joined on
 -- the exact route, by primary key from the pools) with their session window and own cosine; (2) BM25F, the
 -- extra vectors (best sentence, context) of the candidates best by BM25 or nearest by own cosine, the speaker
@@ -353,21 +354,23 @@ $function$
 $def$); END $pgmem$;
 
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile times n / (n + 20); read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW, by an exact scan when the index returns fewer than the pool: other tenants'' vectors never empty it). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile times n / (n + 20); read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches: by BM25 over the user''s postings and statistics, pgmem._text_top, for a search of the whole space, by ts_rank over the scope''s rows for a filtered one; + HNSW, by an exact scan when the index returns fewer than the pool: other tenants'' vectors never empty it). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';
 
 DO $pgmem$ BEGIN PERFORM pgmem._define($def$
 ALTER FUNCTION pgmem.search_hybrid(text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) SECURITY DEFINER
 $def$); END $pgmem$;
 
 -- The p_k memories of a user and space with the highest BM25 over their own text (k1 1.2, b 0.5; the statistics of
--- every memory of the user that holds: pgmem.term_stats), for the query's lexemes, from the postings
--- (pgmem.memory_terms), best first (ties by id). Exact, by a threshold algorithm in blocks: each round reads the
--- first B postings of every query term in impact order (one short range scan of memory_terms_impact_idx each),
--- scores the memories seen (their other terms by primary key, only for those that could still enter the top p_k),
--- and stops when the p_k-th score is at least what a memory not yet seen could reach (the sum, over the terms, of
--- idf times the next unread impact times max(1, avgdl / 20): pgmem._term_impact's bound); else B grows fourfold.
--- Reads a number of postings that depends on the query's terms, not on the user's size, unless every term is
--- common and of equal weight.
+-- every memory of the user that holds: pgmem.term_stats) for the query's lexemes, from the postings
+-- (pgmem.memory_terms), best first (ties by id), by a threshold algorithm in rounds. Each round reads every query
+-- term's postings in impact order (one range scan of memory_terms_impact_idx a term): all of them for a term held
+-- by at most p_max_depth memories, the first B for a longer one (B = max(p_k, 10), then 4 times more, up to
+-- 4 p_k); scores the memories read from the terms read, and in full (their other terms by primary key) the
+-- max(p_k, 4 p_exact) of them that could reach furthest. It stops when its first p_exact are exact: no memory read
+-- could still beat the p_exact-th, and no memory unread could either (the sum over the terms of idf times the
+-- next unread impact times max(1, avgdl / 20), pgmem._term_impact's bound); or when B reaches its cap, with what
+-- it has (o_exact false). What it reads depends on the query's terms and the caps, not on the user's size, but
+-- for terms held by up to p_max_depth memories.
 CREATE OR REPLACE FUNCTION pgmem._text_top(
     p_user text,
     p_space_id integer,
@@ -394,7 +397,8 @@ DECLARE
     v_df bigint[];
     v_fix integer := greatest(p_k, 4 * p_exact);  -- memories scored in full by primary key per round, at most
     v_exact integer := least(p_exact, p_k);
-    v_b integer := greatest(p_k, 10);
+    v_cap integer := greatest(least(4 * p_k, p_max_depth), 1);  -- the depth of a long list, at most
+    v_b integer := least(greatest(p_k, 10), greatest(least(4 * p_k, p_max_depth), 1));
     v_tau double precision;
     v_kth double precision;
     v_open boolean;
@@ -459,14 +463,14 @@ BEGIN
         -- Exact when no unread posting can matter (every term read to its end, or the p_exact-th score reaches
         -- what an unseen memory could score) and every memory read that could beat it was scored in full.
         o_exact := NOT v_unsure AND (NOT v_open OR (cardinality(o_ids) >= v_exact AND v_kth >= v_tau));
-        EXIT WHEN o_exact OR v_b >= least(4 * p_k, p_max_depth);
-        v_b := least(v_b * 4, 4 * p_k, p_max_depth);
+        EXIT WHEN o_exact OR v_b >= v_cap;
+        v_b := least(v_b * 4, v_cap);
     END LOOP;
 END
 $$;
 
 COMMENT ON FUNCTION pgmem._text_top(text, integer, text[], integer, integer, integer) IS
-    'Internal: the p_k memories of a user and space (that hold; expired ones included until purged) with the highest BM25 of their own text for the lexemes p_lexemes (k1 1.2, b 0.5, the user''s statistics in pgmem.term_stats), best first, ties by id, with their scores; exact (threshold algorithm over pgmem.memory_terms in impact order, o_rounds rounds reading o_depth postings a term at most). NULL arrays when no memory holds a term.';
+    'Internal: the p_k memories of a user and space (that hold; expired ones included until purged) with the highest BM25 of their own text for the lexemes p_lexemes (k1 1.2, b 0.5, the user''s statistics in pgmem.term_stats), best first, ties by id, with their scores; a threshold algorithm over pgmem.memory_terms in impact order: terms held by at most p_max_depth memories read in full, longer ones to at most 4 p_k postings; o_exact: the first p_exact are exact (else the best of what was read), after o_rounds rounds reading o_depth postings of a long term. NULL arrays when no memory holds a term.';
 
 REVOKE EXECUTE ON FUNCTION pgmem._text_top(p_user text, p_space_id integer, p_lexemes text[], p_k integer, p_exact integer, p_max_depth integer) FROM PUBLIC;
 
