@@ -247,9 +247,12 @@ def plot_scale(path: Path, rows: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts = sorted((r["memories"], r["vector_p50_ms"], r["hybrid_p50_ms"]) for r in rows if r["users"].startswith(BIG))
+    pts = sorted((r["memories"], r["vector_p50_ms"], r["hybrid_p50_ms"], r.get("baseline_p50_ms"))
+                 for r in rows if r["users"].startswith(BIG))
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     ax.plot([p[0] for p in pts], [p[2] for p in pts], "o-", label="hybrid (default mode)")
+    if all(p[3] is not None for p in pts):
+        ax.plot([p[0] for p in pts], [p[3] for p in pts], "x--", label="hybrid, --baseline-before")
     ax.plot([p[0] for p in pts], [p[1] for p in pts], "s-", label="vector")
     ax.set_xscale("log")
     ax.set_xlabel("memories of the user")
