@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hybrid import BIG, DATABASE, K, url_for, workload  # noqa: E402
+from hybrid import DATABASE, K, big_name, url_for, workload  # noqa: E402
 
 STEPS = ("checks", "routing", "candidates", "scores", "read-back")
 # Each mark goes before the comment that opens the next step of the function (sql/current/60-search.sql).
@@ -119,13 +119,16 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--without", action="append", default=[], choices=sorted(_ABLATIONS),
                     help="remove one part of the scoring from the timed copy (repeatable)")
+    ap.add_argument("--big-rows", type=lambda v: [int(x) for x in v.split(",") if x.strip()], default=[30_000],
+                    help="the big users bench/hybrid.py made (big-N), comma-separated")
     args = ap.parse_args(argv)
 
     import psycopg
     from pgvector.psycopg import register_vector
 
     _, url = url_for(args.dsn, args.database)
-    emb, work = workload(args.data, args.questions)
+    bigs = [big_name(n) for n in args.big_rows]
+    emb, work = workload(args.data, args.questions, bigs)
 
     conn = psycopg.connect(url, autocommit=True)
     register_vector(conn)
@@ -134,26 +137,26 @@ def main(argv=None) -> int:
     conn.add_notice_handler(lambda d: got.append(parse_notice(d.message_primary)))
     conn.execute("SET ROLE pgmem_gateway")
     sql = f"SELECT * FROM {NAME}(pgmem.as_user(%s, 'minilm'::text), %s, %s, %s)"
-    res: dict[str, list[list[float]]] = {"locomo": [], BIG: []}
+    res: dict[str, list[list[float]]] = {"locomo": []} | {b: [] for b in bigs}
     try:
         for rnd in range(args.rounds + 1):
             for u, q in work:
                 got.clear()
                 conn.execute(sql, (u, q, emb[q], K)).fetchall()
                 if rnd:
-                    res[BIG if u == BIG else "locomo"].append(got[-1])
+                    res[u if u in bigs else "locomo"].append(got[-1])
     finally:
         conn.execute("RESET ROLE")
         conn.execute(f"DROP FUNCTION {sig}")
         conn.close()
     print(f"pgmem.search_hybrid step by step (ms, p50 of {args.rounds} rounds; server clock; k={K})"
           + (f"; without: {', '.join(args.without)}" if args.without else ""))
-    print(f"{'users':8s} {'calls':>6s} " + " ".join(f"{s:>10s}" for s in STEPS) + f" {'total':>8s}")
+    print(f"{'users':12s} {'calls':>6s} " + " ".join(f"{s:>10s}" for s in STEPS) + f" {'total':>8s}")
     for cls, marks in res.items():
         if not marks:
             continue
         parts = [step_times(m) for m in marks]
-        print(f"{cls:8s} {len(marks):6d} " + " ".join(f"{statistics.median(p[i] for p in parts):10.3f}"
+        print(f"{cls:12s} {len(marks):6d} " + " ".join(f"{statistics.median(p[i] for p in parts):10.3f}"
                                                      for i in range(len(STEPS)))
               + f" {statistics.median(m[-1] for m in marks):8.3f}")
     return 0

@@ -35,6 +35,17 @@ turn: namespace ``(sample_id, "locomo", session_N)``, key = ``dia_id``, value ``
 limit=10)``. Unlike the import, LangGraph items carry no ``created_at`` of the conversation (LangGraph has no
 such field), so the day of a turn is not searchable text in either store.
 
+Recall with history (``--reuse --distractors 10000,30000``): for each N a database ``<database>_d<N>``, copied once
+from the import, in which every LoCoMo user also holds N turns of Topical-Chat's validation conversations
+(``--topicalchat``, default ``../shared/data/topicalchat``): whole conversations in an order shuffled by a fixed
+seed (44), the same N turns for every user, each conversation given two speaker names (from a fixed list of 20) and
+a place in the user's history, from 180 days before its first memory to its last (30 s between turns), stored as
+``pgmem import`` stores turns (``"Name: message"``, its own session, sentence and context vectors: the turns are
+imported and embedded once, as user ``topicalchat-pool`` of the import's database, before the copies are made,
+and copied to each user with their vectors). Every
+question is asked in every mode on each database; the table has one row per mode and N, with R@5, R@10 and p50
+(query embedding excluded) and their ratios to N = 0 (``OUT/recall_distractors.csv``).
+
 Output: a table on stdout (plus the naive baseline of the data's README), ``OUT/recall_locomo.csv`` (one row
 per mode) and ``OUT/recall_locomo.png`` (R@1/R@5/R@10 per mode, baseline R@10 marked). The dataset is only
 read from ``--data``, never copied. Exit code 0; with ``--check``, 1 when hybrid R@10 < 0.80 or R@5 < 0.70.
@@ -374,6 +385,200 @@ def postgres_store(dsn: str | None, embedder):
 # --------------------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------------
+# Recall with history: Topical-Chat turns as distractors
+# --------------------------------------------------------------------------------------------------------
+DISTRACTOR_SEED = 44
+DISTRACTOR_POOL = "topicalchat-pool"
+DISTRACTOR_NAMES = ("Alex", "Jordan", "Sam", "Riley", "Morgan", "Casey", "Taylor", "Jamie", "Robin", "Quinn", "Avery",
+                    "Drew", "Harper", "Kai", "Logan", "Reese", "Rowan", "Sage", "Toby", "Wren")
+
+
+def distractor_records(folder: Path, n: int) -> list:
+    """The first ``n`` turns of Topical-Chat's validation conversations (valid_freq then valid_rare) in an order
+    shuffled by a fixed seed, whole conversations, the last one cut at ``n``: as :class:`pgmem.importer.Record`
+    of the user :data:`DISTRACTOR_POOL`, one session per conversation (``tc-<conversation id>``), content
+    ``"Name: message"`` as ``pgmem import`` stores a turn, two speaker names per conversation drawn from
+    :data:`DISTRACTOR_NAMES`, and ``metadata["place"]``: the conversation's place in [0, 1) in each user's
+    history (placed before and among the user's own sessions by :func:`add_distractors`). The same turns for
+    every user and run."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from pgmem import importer
+
+    convs = []
+    for name in ("valid_freq.json", "valid_rare.json"):
+        with open(folder / name, encoding="utf-8") as fh:
+            data = json.load(fh)
+        convs += [(cid, data[cid]["content"]) for cid in sorted(data)]
+    rng = random.Random(DISTRACTOR_SEED)
+    rng.shuffle(convs)
+    out, base = [], datetime(2000, 1, 1, tzinfo=timezone.utc)
+    for c, (cid, turns) in enumerate(convs):
+        a, b = rng.sample(DISTRACTOR_NAMES, 2)
+        place = rng.random()
+        for i, t in enumerate(turns):
+            if len(out) >= n:
+                return out
+            text = (t.get("message") or "").strip()
+            if not text:
+                continue
+            who = a if t.get("agent") == "agent_1" else b
+            out.append(importer.Record(f"{cid}[{i}]", DISTRACTOR_POOL, f"{who}: {text}", None, f"tc-{cid}",
+                                       {"speaker": who, "dia_id": None, "turn": i, "place": round(place, 6),
+                                        "distractor": True},
+                                       base + timedelta(days=c, seconds=30 * i)))
+    return out
+
+
+def import_distractor_pool(dsn: str, memory, folder: Path, n: int, console) -> None:
+    """Import the first ``n`` distractor turns once, as user :data:`DISTRACTOR_POOL` of the import's database
+    (embedded with sentence and context vectors as any import); every ``<database>_d<N>`` copied from it after
+    holds them, and :func:`add_distractors` copies the first N to each user. Skipped when the pool holds n."""
+    import psycopg
+
+    from pgmem import importer
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        have = conn.execute("SELECT count(*) FROM pgmem.memories WHERE user_id = %s", [DISTRACTOR_POOL]).fetchone()[0]
+    if have >= n:
+        return
+    recs = distractor_records(folder, n)
+    t0 = time.perf_counter()
+    s = importer.import_records(memory, recs, batch_size=256)
+    console.print(f"distractors: {s.added} Topical-Chat turns embedded and stored in {time.perf_counter() - t0:.0f} s")
+
+
+def add_distractors(dsn: str, n: int, users: list[str], console) -> None:
+    """Give each of ``users`` a copy of the first ``n`` turns of the pool (:func:`import_distractor_pool`) and their
+    extra vectors: created ``place`` of the way from 180 days before the user's first memory to its last one (30 s
+    between the turns of a conversation), each conversation its own session ``tc-...``. Skipped for a user who
+    already holds them."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for u in users:
+            if conn.execute("SELECT count(*) FROM pgmem.memories WHERE user_id = %s AND session_id LIKE 'tc-%%'",
+                            [u]).fetchone()[0] >= n:
+                continue
+            t0 = time.perf_counter()
+            with conn.transaction():
+                conn.execute("""
+                    CREATE TEMP TABLE d_map ON COMMIT DROP AS
+                    SELECT p.id, gen_random_uuid() AS new_id,
+                           r.first - interval '180 days' + ((p.metadata ->> 'place')::float8 * extract(epoch FROM
+                               r.last - r.first + interval '180 days')) * interval '1 second'
+                               + ((p.metadata ->> 'turn')::integer * interval '30 seconds') AS at
+                    FROM pgmem.memories p,
+                         (SELECT min(created_at) AS first, max(created_at) AS last FROM pgmem.memories
+                          WHERE user_id = %(u)s) r
+                    WHERE p.user_id = %(pool)s
+                      AND p.id IN (SELECT x.id FROM pgmem.memories x WHERE x.user_id = %(pool)s
+                                   ORDER BY x.created_at, x.id LIMIT %(n)s)""", {"u": u, "pool": DISTRACTOR_POOL, "n": n})
+                conn.execute("""
+                    INSERT INTO pgmem.memories (user_id, id, space_id, agent_id, session_id, content, embedding,
+                                                metadata, created_at, updated_at, valid_from)
+                    SELECT %(u)s, d.new_id, p.space_id, p.agent_id, p.session_id, p.content, p.embedding,
+                           p.metadata - 'place', d.at, d.at, d.at
+                    FROM d_map d JOIN pgmem.memories p ON p.user_id = %(pool)s AND p.id = d.id""",
+                             {"u": u, "pool": DISTRACTOR_POOL})
+                conn.execute("""
+                    INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+                    SELECT %(u)s, d.new_id, v.n, v.kind, v.embedding
+                    FROM d_map d JOIN pgmem.memory_vectors v ON v.user_id = %(pool)s AND v.memory_id = d.id""",
+                             {"u": u, "pool": DISTRACTOR_POOL})
+                conn.execute("DELETE FROM pgmem.tenant_sizes WHERE user_id = %s", [u])
+            console.print(f"distractors: user {u} holds {n} more turns ({time.perf_counter() - t0:.0f} s)")
+        conn.execute("VACUUM ANALYZE pgmem.memories")
+
+
+def distractor_database(args, n: int) -> str:
+    """The DSN of ``<database>_d<n>``: a copy of the import (``--database``) made once, migrated."""
+    import psycopg
+    from psycopg import sql
+
+    from pgmem import migrations
+
+    name = f"{args.database}_d{n}"
+    base = existing_database(args.dsn, args.database)
+    if base is None:
+        sys.exit(f"--distractors needs the import in {args.database} (run once without --distractors)")
+    admin = with_database(base, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name),
+                                                                          sql.Identifier(args.database)))
+    url = with_database(base, name)
+    migrations.migrate(url)
+    return url
+
+
+def ask(memory, users: list[str], questions, modes, embedder) -> dict[str, "Scores"]:
+    clients = {u: memory.with_identity(user_id=u) for u in users}
+    for mode in modes:  # warm-up (model, connections, plans): not measured
+        clients[users[0]].search("warm-up question", k=K, mode=mode)
+    scores = {mode: Scores() for mode in modes}
+    for q in questions:
+        for mode in modes:
+            embedder.seconds = 0.0
+            t0 = time.perf_counter()
+            recs = clients[q.user].search(q.text, k=K, mode=mode)
+            wall = time.perf_counter() - t0
+            scores[mode].add(q, [(r.metadata or {}).get("dia_id") for r in recs], 1000 * wall, 1000 * embedder.seconds)
+    return scores
+
+
+def run_distractors(args, users, questions, embedder, space, console) -> int:
+    """``--distractors``: recall and latency per mode and N (N = 0: the import itself), printed as one table."""
+    from pgmem import Memory
+
+    ns = [int(x) for x in args.distractors.split(",") if x.strip()]
+    if 0 not in ns:
+        ns = [0] + ns
+    results: dict[tuple[str, int], dict] = {}
+    counts = {}
+    base = existing_database(args.dsn, args.database)
+    with Memory(base, role="pgmem_gateway", space=space, embedder=embedder) as memory:
+        import_distractor_pool(base, memory, args.topicalchat, max(ns), console)
+    for n in ns:
+        dsn = base if n == 0 else distractor_database(args, n)
+        with Memory(dsn, role="pgmem_gateway", space=space, embedder=embedder) as memory:
+            if n:
+                add_distractors(dsn, n, users, console)
+            import psycopg
+
+            with psycopg.connect(dsn) as c:
+                counts[n] = c.execute("SELECT min(c), max(c) FROM (SELECT count(*) AS c FROM pgmem.memories"
+                                      " WHERE user_id = ANY(%s) GROUP BY user_id) x", [users]).fetchone()
+            t0 = time.perf_counter()
+            scores = ask(memory, users, questions, MODES, embedder)
+            console.print(f"N = {n}: {len(questions)} questions x {len(MODES)} modes in {time.perf_counter() - t0:.0f} s")
+        for mode, sc in scores.items():
+            results[(mode, n)] = sc.summary()
+    print(f"\nRecall with history: each of {len(users)} LoCoMo users also holds N Topical-Chat turns (seed "
+          f"{DISTRACTOR_SEED}); {len(questions)} questions; k={K}; p50: Memory.search minus the query's embedding")
+    print(f"{'mode':8s} {'N':>7s} {'memories/user':>14s} {'R@5':>6s} {'R@10':>6s} {'R@5 vs 0':>9s} {'R@10 vs 0':>10s}"
+          f" {'p50 ms':>7s} {'p50 vs 0':>9s}")
+    rows = []
+    for mode in MODES:
+        z = results[(mode, 0)]
+        for n in ns:
+            m = results[(mode, n)]
+            lo, hi = counts[n]
+            print(f"{mode:8s} {n:7d} {f'{lo}-{hi}':>14s} {m['r_at_5']:6.3f} {m['r_at_10']:6.3f}"
+                  f" {m['r_at_5'] / z['r_at_5']:8.3f}x {m['r_at_10'] / z['r_at_10']:9.3f}x"
+                  f" {m['p50_ms_search_only']:7.2f} {m['p50_ms_search_only'] / z['p50_ms_search_only']:8.2f}x")
+            rows.append({"mode": mode, "distractors": n, **m})
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "recall_distractors.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {args.out / 'recall_distractors.csv'}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="LoCoMo JSON file (e.g. locomo-dev.json)")
@@ -393,6 +598,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--embedder", default="local",
                     help="embedder kind, as PGMEM_EMBEDDER (default local: all-MiniLM-L6-v2; e5: "
                          "multilingual-e5-small 4-bit); the space is named after it")
+    ap.add_argument("--distractors", default=None, metavar="N[,N...]",
+                    help="recall with history: each user also holds N Topical-Chat turns (--topicalchat), one "
+                         "database per N copied from the import (needs --reuse or a fresh import first); prints one "
+                         "row per mode and N, N = 0 being the users alone")
+    ap.add_argument("--topicalchat", type=Path,
+                    default=Path(__file__).resolve().parents[2] / "shared" / "data" / "topicalchat",
+                    help="directory of Topical-Chat's valid_freq.json and valid_rare.json (the distractors)")
     ap.add_argument("--check", action="store_true",
                     help=f"exit 1 when hybrid R@10 < {CHECK_R10} or R@5 < {CHECK_R5}")
     args = ap.parse_args(argv)
@@ -415,6 +627,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     modes = MODES if "pgmem" in systems else ()
 
+    if args.distractors and not args.reuse:
+        console.print("[red]--distractors needs --reuse (the import of a previous run is copied, never re-made)[/red]")
+        return 2
     dsn = existing_database(args.dsn, args.database) if args.reuse else None
     reused = dsn is not None
     if not reused:
@@ -430,6 +645,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         TimeRemainingColumn(), console=console)
 
     console.print(f"embedder {embedder.model_name} ({embedder.dims} dims), space {space}")
+    if args.distractors:
+        return run_distractors(args, users, questions, embedder, space, console)
     with Memory(dsn, role="pgmem_gateway", space=space, embedder=embedder) as memory:
         summary = None
         scores: dict[str, Scores] = {}

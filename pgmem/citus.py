@@ -1,17 +1,17 @@
 """pgmem on a Citus cluster: the distribution plan (``pgmem distribute``) and the state of a cluster that
 :mod:`pgmem.doctor` turns into its cluster checks.
 
-Every user's rows live in one shard group: the seven tables holding user data are hash-distributed by
+Every user's rows live in one shard group: the nine tables holding user data are hash-distributed by
 ``user_id`` and colocated, ``spaces`` and ``role_bindings`` are reference tables (a copy on every node).
 :func:`distribute` applies that plan to a migrated coordinator, idempotently (docs/scaling.md):
 
 1. checks that the server is a Citus coordinator and that the cluster settings are in place
    (:data:`SETTINGS`, on the coordinator and on every worker; :func:`setting_problems` says which are not);
-2. rewrites the row-level security policies of the seven tables without their sub-select
+2. rewrites the row-level security policies of the nine tables without their sub-select
    (``user_id = pgmem.current_user_id()``: Citus refuses subqueries in policies of distributed tables);
 3. drops the foreign keys between those tables and to ``spaces`` (making ``spaces`` a reference table while
    tables still reference it would turn them into Citus-local tables), makes ``spaces`` and
-   ``role_bindings`` reference tables, distributes the seven tables colocated with ``memories``, and adds the
+   ``role_bindings`` reference tables, distributes the nine tables colocated with ``memories``, and adds the
    keys again;
 4. gives search custom plans (``SET plan_cache_mode = force_custom_plan`` on the functions that force
    generic ones, and the generated statements regenerated): Citus cannot route their generic plans;
@@ -36,7 +36,8 @@ from typing import Any
 from .errors import PgmemError, SchemaError, from_psycopg
 
 REFERENCE_TABLES = ("spaces", "role_bindings")
-USER_TABLES = ("memories", "history", "memory_vectors", "tenant_sizes", "turns", "memory_sources", "key_locks")
+USER_TABLES = ("memories", "history", "memory_vectors", "tenant_sizes", "turns", "memory_sources", "key_locks",
+               "memory_terms", "term_stats")
 # Settings every node needs (docs/scaling.md): where, and why.
 SETTINGS: dict[str, tuple[str, str, str]] = {
     "citus.enable_unsafe_triggers": ("on", "coordinator",
@@ -60,7 +61,7 @@ LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = (
     CASE WHEN p.partmethod = 'h' THEN pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END)
 WHERE n.nspname = 'pgmem'
 """
-# Foreign keys of the seven tables (to spaces, or to memories), as pg_get_constraintdef gives them.
+# Foreign keys of the nine tables (to spaces, or to memories), as pg_get_constraintdef gives them.
 SQL_FOREIGN_KEYS = """
 SELECT c.relname AS "table", k.conname AS name, pg_catalog.pg_get_constraintdef(k.oid) AS definition
 FROM pg_catalog.pg_constraint k
@@ -99,7 +100,7 @@ class State:
 
     @property
     def distributed(self) -> bool:
-        """Whether the plan is complete: both reference tables and the seven user tables colocated by user_id."""
+        """Whether the plan is complete: both reference tables and the nine user tables colocated by user_id."""
         return (all(self.tables.get(t) == "reference" for t in REFERENCE_TABLES)
                 and all(self.tables.get(t) == "distributed by user_id" for t in USER_TABLES)
                 and len({self.colocation.get(t) for t in USER_TABLES}) == 1)

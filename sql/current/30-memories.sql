@@ -173,6 +173,53 @@ CREATE POLICY memory_vectors_tenant ON pgmem.memory_vectors
     WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
 
 -- ---------------------------------------------------------------------------------------------------------
+-- The text side's index, kept by the write path (trigger memories_terms_*, in the memory's own transaction): one
+-- posting per lexeme of each memory that holds (valid_to IS NULL), with its term frequency, the memory's length
+-- and an impact (its BM25 term weight at a reference length, pgmem._term_impact) that orders a term's postings;
+-- and per user and space the statistics BM25 needs, kept with them: the number of memories and their total
+-- length (lexeme ''), and each lexeme's document frequency. Hybrid search of a large user reads the query
+-- terms' postings impact-first and stops as soon as no unread posting can enter its pool (pgmem._text_top):
+-- a GIN index cannot serve a tenant under row-level security (@@ is not leakproof, bench/FINDINGS.md H4),
+-- a B-tree led by user_id can. Expired memories stay indexed until pgmem.purge removes them (search filters
+-- them); superseded and invalidated ones leave at once.
+-- ---------------------------------------------------------------------------------------------------------
+CREATE TABLE pgmem.memory_terms (
+    user_id    text     NOT NULL,
+    memory_id  uuid     NOT NULL,
+    lexeme     text     NOT NULL,
+    space_id   integer  NOT NULL,
+    tf         real     NOT NULL,
+    dl         integer  NOT NULL,
+    impact     real     NOT NULL,
+    CONSTRAINT memory_terms_pkey PRIMARY KEY (user_id, memory_id, lexeme)
+);
+COMMENT ON TABLE pgmem.memory_terms IS
+    'Postings of the text side: one row per lexeme of each memory that holds (tf its occurrences, dl the memory''s fts_len, impact its BM25 term weight at the reference length, pgmem._term_impact); kept by the memories triggers in the same transaction, removed with the memory.';
+CREATE INDEX memory_terms_impact_idx ON pgmem.memory_terms (user_id, space_id, lexeme, impact DESC, memory_id)
+    INCLUDE (tf, dl);
+ALTER TABLE pgmem.memory_terms ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pgmem.memory_terms FORCE ROW LEVEL SECURITY;
+CREATE POLICY memory_terms_tenant ON pgmem.memory_terms
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
+
+CREATE TABLE pgmem.term_stats (
+    user_id    text     NOT NULL,
+    space_id   integer  NOT NULL,
+    lexeme     text     NOT NULL,
+    docs       bigint   NOT NULL,
+    total_len  bigint   NOT NULL,
+    CONSTRAINT term_stats_pkey PRIMARY KEY (user_id, space_id, lexeme)
+);
+COMMENT ON TABLE pgmem.term_stats IS
+    'BM25 statistics of a user''s memories that hold, per space: lexeme  holds the number of memories (docs) and their total length (total_len, in fts tokens); any other lexeme its document frequency (docs) and total occurrences. Kept by the memories triggers in the same transaction; the  row is written first, so one user''s concurrent writers queue on it (no deadlock), other users never meet.';
+ALTER TABLE pgmem.term_stats ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pgmem.term_stats FORCE ROW LEVEL SECURITY;
+CREATE POLICY term_stats_tenant ON pgmem.term_stats
+    USING (user_id = (SELECT pgmem.current_user_id()))
+    WITH CHECK (user_id = (SELECT pgmem.current_user_id()));
+
+-- ---------------------------------------------------------------------------------------------------------
 -- Result row type shared by get, list, search, update, edit, supersede
 -- ---------------------------------------------------------------------------------------------------------
 CREATE TYPE pgmem.memory AS (
@@ -389,6 +436,84 @@ $$;
 COMMENT ON FUNCTION pgmem._memory_columns(text, text, interval) IS
     'Internal: the select list of a pgmem.memory over alias m (space name and similarity as SQL expressions), for dynamic queries.';
 
+-- A posting's impact: the BM25 term weight (k1 1.2, b 0.5, pgmem._hybrid_formula) of p_tf occurrences in a memory
+-- of p_dl tokens at the reference average length 20. Only an order and a bound: for a user whose average length
+-- is A, the weight is at most impact * max(1, A / 20) (pgmem._text_top relies on it).
+CREATE FUNCTION pgmem._term_impact(p_tf double precision, p_dl double precision) RETURNS real
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+    SELECT (p_tf * 2.2 / (p_tf + 1.2 * (0.5 + 0.5 * p_dl / 20.0)))::real
+$$;
+COMMENT ON FUNCTION pgmem._term_impact(double precision, double precision) IS
+    'Internal: the impact of a posting (pgmem.memory_terms): BM25''s term weight of p_tf occurrences in p_dl tokens at the reference average length 20 (k1 1.2, b 0.5).';
+
+-- Keeps pgmem.memory_terms and pgmem.term_stats with the memories, in the writing statement's transaction: a memory
+-- that holds (valid_to IS NULL) is indexed; one that is deleted, superseded or invalidated, or whose content
+-- changes, leaves (and re-enters with its new text). One statement-level trigger per operation, over its transition
+-- tables: the statistics change once per user, space and lexeme per statement (a row trigger updated a user's row
+-- once per memory, and PostgreSQL follows a row's chain of versions within a transaction on every update: a
+-- 30,000-row INSERT took minutes). The statistics rows of a statement in (user, space, lexeme) order, the user's
+-- '' row first: two writers of one user queue on that row instead of deadlocking. Runs as the writer, under the
+-- tables' row-level security, as the history trigger does. No temporary table: the writer's session could have
+-- planted one of that name.
+CREATE FUNCTION pgmem._memories_terms() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    -- the statement's memories whose postings change: +1 entering, -1 leaving
+    v_user text[]; v_id uuid[]; v_space integer[]; v_fts tsvector[]; v_len integer[]; v_sign integer[];
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT array_agg(n.user_id), array_agg(n.id), array_agg(n.space_id), array_agg(n.fts), array_agg(n.fts_len),
+               array_agg(1)
+        INTO v_user, v_id, v_space, v_fts, v_len, v_sign
+        FROM pgmem_new_rows n WHERE n.valid_to IS NULL;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT array_agg(o.user_id), array_agg(o.id), array_agg(o.space_id), array_agg(o.fts), array_agg(o.fts_len),
+               array_agg(-1)
+        INTO v_user, v_id, v_space, v_fts, v_len, v_sign
+        FROM pgmem_old_rows o WHERE o.valid_to IS NULL;
+    ELSE
+        SELECT array_agg(c.user_id), array_agg(c.id), array_agg(c.space_id), array_agg(c.fts), array_agg(c.fts_len),
+               array_agg(c.sign)
+        INTO v_user, v_id, v_space, v_fts, v_len, v_sign
+        FROM (SELECT o.user_id, o.id, o.space_id, o.fts, o.fts_len, -1 AS sign
+              FROM pgmem_old_rows o JOIN pgmem_new_rows n ON n.user_id = o.user_id AND n.id = o.id
+              WHERE o.valid_to IS NULL AND (n.valid_to IS NOT NULL OR n.fts IS DISTINCT FROM o.fts)
+              UNION ALL
+              SELECT n.user_id, n.id, n.space_id, n.fts, n.fts_len, 1
+              FROM pgmem_old_rows o JOIN pgmem_new_rows n ON n.user_id = o.user_id AND n.id = o.id
+              WHERE n.valid_to IS NULL AND (o.valid_to IS NOT NULL OR n.fts IS DISTINCT FROM o.fts)) c;
+    END IF;
+    IF v_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO pgmem.term_stats AS s (user_id, space_id, lexeme, docs, total_len)
+    SELECT c.user_id, c.space_id, c.lexeme, c.docs, c.total_len FROM (
+        SELECT d.user_id, d.space_id, ''::text AS lexeme, sum(d.sign) AS docs, sum(d.sign * d.len) AS total_len
+        FROM unnest(v_user, v_space, v_len, v_sign) AS d(user_id, space_id, len, sign) GROUP BY d.user_id, d.space_id
+        UNION ALL
+        SELECT d.user_id, d.space_id, x.lexeme, sum(d.sign), sum(d.sign * coalesce(array_length(x.positions, 1), 1))
+        FROM unnest(v_user, v_space, v_fts, v_sign) AS d(user_id, space_id, fts, sign)
+        CROSS JOIN LATERAL unnest(d.fts) x GROUP BY d.user_id, d.space_id, x.lexeme) c
+    ORDER BY c.user_id, c.space_id, c.lexeme
+    ON CONFLICT (user_id, space_id, lexeme) DO UPDATE
+        SET docs = s.docs + EXCLUDED.docs, total_len = s.total_len + EXCLUDED.total_len;
+    DELETE FROM pgmem.memory_terms t USING unnest(v_user, v_id, v_sign) AS d(user_id, id, sign)
+    WHERE d.sign < 0 AND t.user_id = d.user_id AND t.memory_id = d.id;
+    INSERT INTO pgmem.memory_terms (user_id, memory_id, lexeme, space_id, tf, dl, impact)
+    SELECT d.user_id, d.id, x.lexeme, d.space_id, x.tf, d.len, pgmem._term_impact(x.tf, d.len)
+    FROM unnest(v_user, v_id, v_space, v_fts, v_len, v_sign) AS d(user_id, id, space_id, fts, len, sign)
+    CROSS JOIN LATERAL (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1) AS tf FROM unnest(d.fts) x) x
+    WHERE d.sign > 0;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION pgmem._memories_terms() IS
+    'Trigger (statement level, over the transition tables pgmem_new_rows / pgmem_old_rows): keeps the postings (pgmem.memory_terms) and BM25 statistics (pgmem.term_stats) of the memories that hold, in the write''s transaction; a deleted, superseded or invalidated memory, or old content, leaves them. Runs as the writer.';
+
 -- ---------------------------------------------------------------------------------------------------------
 -- Triggers (their functions are above)
 -- ---------------------------------------------------------------------------------------------------------
@@ -400,3 +525,10 @@ CREATE TRIGGER history_append_only BEFORE UPDATE ON pgmem.history
     FOR EACH ROW EXECUTE FUNCTION pgmem._history_append_only();
 CREATE TRIGGER memory_vectors_before_insert BEFORE INSERT ON pgmem.memory_vectors
     FOR EACH ROW EXECUTE FUNCTION pgmem._memory_vectors_before_insert();
+CREATE TRIGGER memories_terms_insert AFTER INSERT ON pgmem.memories
+    REFERENCING NEW TABLE AS pgmem_new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmem._memories_terms();
+CREATE TRIGGER memories_terms_update AFTER UPDATE ON pgmem.memories
+    REFERENCING OLD TABLE AS pgmem_old_rows NEW TABLE AS pgmem_new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgmem._memories_terms();
+CREATE TRIGGER memories_terms_delete AFTER DELETE ON pgmem.memories
+    REFERENCING OLD TABLE AS pgmem_old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgmem._memories_terms();

@@ -511,8 +511,120 @@ $$;
 COMMENT ON FUNCTION pgmem._hybrid_formula(double precision, double precision, double precision, double precision) IS
     'Internal: the constants of pgmem.search_hybrid''s score (session-window weights 0.6 next / 0.4 previous / 0.2 two away, BM25 k1 1.2 and b 0.5, the vector score measured from the candidates'' 10th percentile times n / (n + 20) for n candidates) and its fusion weights, each NULL argument replaced by its default (text 0.4, vector 0.6, speaker 0.2, session 0.4).';
 
+-- The p_k memories of a user and space with the highest BM25 over their own text (k1 1.2, b 0.5; the statistics of
+-- every memory of the user that holds: pgmem.term_stats) for the query's lexemes, from the postings
+-- (pgmem.memory_terms), best first (ties by id), by a threshold algorithm in rounds. Each round reads every query
+-- term's postings in impact order (one range scan of memory_terms_impact_idx a term): all of them for a term held
+-- by at most p_max_depth memories, the first B for a longer one (B = max(p_k, 10), then 4 times more, up to
+-- 4 p_k); scores the memories read from the terms read, and in full (their other terms by primary key) the
+-- max(p_k, 4 p_exact) of them that could reach furthest. It stops when its first p_exact are exact: no memory read
+-- could still beat the p_exact-th, and no memory unread could either (the sum over the terms of idf times the
+-- next unread impact times max(1, avgdl / 20), pgmem._term_impact's bound); or when B reaches its cap, with what
+-- it has (o_exact false). What it reads depends on the query's terms and the caps, not on the user's size, but
+-- for terms held by up to p_max_depth memories.
+CREATE FUNCTION pgmem._text_top(
+    p_user text,
+    p_space_id integer,
+    p_lexemes text[],
+    p_k integer,
+    p_exact integer,
+    p_max_depth integer,
+    OUT o_ids uuid[],
+    OUT o_scores double precision[],
+    OUT o_rounds integer,
+    OUT o_depth integer,
+    OUT o_exact boolean
+)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pgmem, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_n double precision;
+    v_avgdl double precision;
+    v_phi double precision;
+    v_lex text[];
+    v_idf double precision[];
+    v_df bigint[];
+    v_fix integer := greatest(p_k, 4 * p_exact);  -- memories scored in full by primary key per round, at most
+    v_exact integer := least(p_exact, p_k);
+    v_cap integer := greatest(least(4 * p_k, p_max_depth), 1);  -- the depth of a long list, at most
+    v_b integer := least(greatest(p_k, 10), greatest(least(4 * p_k, p_max_depth), 1));
+    v_tau double precision;
+    v_kth double precision;
+    v_open boolean;
+    v_unsure boolean;
+BEGIN
+    SELECT s.docs, greatest(s.total_len::float8 / nullif(s.docs, 0), 1) INTO v_n, v_avgdl
+    FROM pgmem.term_stats s WHERE s.user_id = p_user AND s.space_id = p_space_id AND s.lexeme = '';
+    IF coalesce(v_n, 0) <= 0 OR cardinality(p_lexemes) = 0 THEN
+        RETURN;
+    END IF;
+    v_phi := greatest(1.0, v_avgdl / 20.0);
+    -- Okapi idf, ln(1 + (N - df + 0.5) / (df + 0.5)), of each query term the user holds.
+    SELECT array_agg(s.lexeme ORDER BY s.lexeme), array_agg(ln(1 + (v_n - s.docs + 0.5) / (s.docs + 0.5)) ORDER BY s.lexeme),
+           array_agg(s.docs ORDER BY s.lexeme)
+    INTO v_lex, v_idf, v_df
+    FROM pgmem.term_stats s
+    WHERE s.user_id = p_user AND s.space_id = p_space_id AND s.lexeme = ANY (p_lexemes) AND s.lexeme <> '' AND s.docs > 0;
+    IF v_lex IS NULL THEN
+        RETURN;
+    END IF;
+    o_rounds := 0;
+    LOOP
+        o_rounds := o_rounds + 1;
+        WITH q AS (  -- each term's depth this round: B, or all of its postings when it has at most p_max_depth
+            SELECT q.lexeme, q.idf, CASE WHEN q.df <= p_max_depth THEN q.df ELSE v_b END AS depth
+            FROM unnest(v_lex, v_idf, v_df) AS q(lexeme, idf, df)),
+        top AS MATERIALIZED (  -- the first depth + 1 postings of each term, impact first (ties by memory id)
+            SELECT q.lexeme, q.idf, q.depth, p.memory_id, p.tf, p.dl, p.impact, p.rn
+            FROM q CROSS JOIN LATERAL (
+                SELECT t.memory_id, t.tf, t.dl, t.impact, row_number() OVER (ORDER BY t.impact DESC, t.memory_id) AS rn
+                FROM pgmem.memory_terms t
+                WHERE t.user_id = p_user AND t.space_id = p_space_id AND t.lexeme = q.lexeme
+                ORDER BY t.impact DESC, t.memory_id LIMIT q.depth + 1) p),
+        bound AS MATERIALIZED (  -- the most an unread posting of each term can add (0: the term is read to its end)
+            SELECT q.lexeme, coalesce(max(q.idf * v_phi * t.impact) FILTER (WHERE t.rn = t.depth + 1), 0) AS ub
+            FROM q LEFT JOIN top t USING (lexeme) GROUP BY q.lexeme),
+        seen AS MATERIALIZED (  -- the memories read: their score from the terms read, and the most the others could add
+            SELECT t.memory_id, sum(t.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.5 + 0.5 * t.dl / v_avgdl))) AS lo,
+                   count(*) = cardinality(v_lex) AS complete,
+                   (SELECT sum(x.ub) FROM bound x) - sum(b.ub) AS rest
+            FROM top t JOIN bound b USING (lexeme) WHERE t.rn <= t.depth GROUP BY t.memory_id),
+        kth AS (SELECT coalesce((SELECT s.lo FROM seen s ORDER BY s.lo DESC LIMIT 1 OFFSET v_exact - 1), 0) AS lo),
+        fix AS MATERIALIZED (  -- exact scores of the memories read that could still enter the top k, by primary key
+            SELECT c.memory_id, sum(q.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.5 + 0.5 * t.dl / v_avgdl))) AS s
+            FROM (SELECT s.memory_id FROM seen s, kth WHERE NOT s.complete AND s.lo + s.rest > kth.lo
+                  ORDER BY s.lo + s.rest DESC, s.memory_id LIMIT v_fix) c
+            CROSS JOIN LATERAL (
+                SELECT t.lexeme, t.tf, t.dl FROM pgmem.memory_terms t
+                WHERE t.user_id = p_user AND t.memory_id = c.memory_id AND t.lexeme = ANY (v_lex)) t
+            JOIN q USING (lexeme)
+            GROUP BY c.memory_id),
+        best AS (
+            SELECT s.memory_id, coalesce(f.s, s.lo) AS s FROM seen s LEFT JOIN fix f USING (memory_id)
+            ORDER BY 2 DESC, 1 LIMIT p_k)
+        SELECT array_agg(b.memory_id ORDER BY b.s DESC, b.memory_id), array_agg(b.s ORDER BY b.s DESC, b.memory_id),
+               (SELECT sum(x.ub) FROM bound x), (SELECT bool_or(x.ub > 0) FROM bound x),
+               (SELECT count(*) FROM seen s, kth WHERE NOT s.complete AND s.lo + s.rest > kth.lo) > v_fix
+        INTO o_ids, o_scores, v_tau, v_open, v_unsure
+        FROM best b;
+        v_kth := o_scores[v_exact];
+        o_depth := v_b;
+        -- Exact when no unread posting can matter (every term read to its end, or the p_exact-th score reaches
+        -- what an unseen memory could score) and every memory read that could beat it was scored in full.
+        o_exact := NOT v_unsure AND (NOT v_open OR (cardinality(o_ids) >= v_exact AND v_kth >= v_tau));
+        EXIT WHEN o_exact OR v_b >= v_cap;
+        v_b := least(v_b * 4, v_cap);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION pgmem._text_top(text, integer, text[], integer, integer, integer) IS
+    'Internal: the p_k memories of a user and space (that hold; expired ones included until purged) with the highest BM25 of their own text for the lexemes p_lexemes (k1 1.2, b 0.5, the user''s statistics in pgmem.term_stats), best first, ties by id, with their scores; a threshold algorithm over pgmem.memory_terms in impact order: terms held by at most p_max_depth memories read in full, longer ones to at most 4 p_k postings; o_exact: the first p_exact are exact (else the best of what was read), after o_rounds rounds reading o_depth postings of a long term. NULL arrays when no memory holds a term.';
+
 -- Hybrid recall. Candidates: every memory of the scope when at most pgmem.exact_search_max_rows match, else
--- the best full-text matches united with the nearest vectors (HNSW); then three static statements score them
+-- the best full-text matches (from the postings, pgmem._text_top, for a search of the whole space) united with
+-- the nearest vectors (HNSW); then three static statements score them
 -- (planned once per connection, generic plans): (1) one pass over the candidates (the user's rows hash-joined on
 -- the exact route, by primary key from the pools) with their session window and own cosine; (2) BM25F, the
 -- extra vectors (best sentence, context) of the candidates best by BM25 or nearest by own cosine, the speaker
@@ -634,17 +746,27 @@ BEGIN
         v_cast := CASE v_space.index_kind WHEN 'hnsw_halfvec' THEN '@vector@.halfvec' ELSE '@vector@.vector' END || '(' || v_space.dims || ')';
         PERFORM set_config('hnsw.ef_search', least(1000, v_pool)::text, true);
         PERFORM set_config('hnsw.max_scan_tuples', greatest(20000, 200 * p_k)::text, true);
-        -- The full-text pool by a bitmap scan of the tenant's rows (pages in physical order, each read once: 0.6x
-        -- the time of the index scan in created_at order that the generic plan picks, bench/FINDINGS.md H6); equal
-        -- text ranks newest first, as the final order breaks ties (before, the scan's order broke them).
-        PERFORM set_config('enable_indexscan', 'off', true);
-        EXECUTE format('SELECT array(SELECT m.id FROM pgmem.memories m WHERE %1$s AND m.fts @@ $14'
-                       || ' ORDER BY ts_rank(m.fts, $14) DESC, m.created_at DESC, m.id LIMIT %2$s)', v_scope.o_sql, v_pool)
-        INTO v_ids
-        USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
-              (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
-              NULL::integer, NULL::text, NULL::float8, v_lexemes, v_tsquery;
-        PERFORM set_config('enable_indexscan', 'on', true);
+        -- The full-text pool. A filtered scope's by a bitmap scan of the tenant's rows (pages in physical order, each
+        -- read once: 0.6x the time of the index scan in created_at order that the generic plan picks,
+        -- bench/FINDINGS.md H6), equal text ranks newest first, as the final order breaks ties.
+        IF p_as_of IS NULL AND p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
+           AND p_created_before IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb) THEN
+            -- The whole space: the v_pool best by BM25 over the user's own texts, from the postings, whatever the
+            -- user's size (pgmem._text_top, exact), less those expired and not yet purged.
+            v_ids := (pgmem._text_top(v_user, v_space.space_id, v_lexemes, v_pool, p_k, 20 * v_pool)).o_ids;
+            v_ids := ARRAY(SELECT m.id FROM unnest(v_ids) AS c(id) JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
+                           WHERE pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now() AND m.valid_from <= now());
+        ELSE
+            -- A filtered scope: its rows that hold a query term, ranked by ts_rank.
+            PERFORM set_config('enable_indexscan', 'off', true);
+            EXECUTE format('SELECT array(SELECT m.id FROM pgmem.memories m WHERE %1$s AND m.fts @@ $14'
+                           || ' ORDER BY ts_rank(m.fts, $14) DESC, m.created_at DESC, m.id LIMIT %2$s)', v_scope.o_sql, v_pool)
+            INTO v_ids
+            USING v_user, p_agent_id, p_session_id, p_created_after, p_created_before,
+                  (v_scope.o_filter).keys, (v_scope.o_filter).vals, NULL::text, p_embedding,
+                  NULL::integer, NULL::text, NULL::float8, v_lexemes, v_tsquery;
+            PERFORM set_config('enable_indexscan', 'on', true);
+        END IF;
         IF p_embedding IS NOT NULL THEN  -- united with the nearest vectors (HNSW)
             -- Pass 1: HNSW. The scan of the shared index stops after hnsw.max_scan_tuples entries: when other
             -- tenants' vectors lie nearer the query than this user's, it returns fewer rows than asked (none at
@@ -815,4 +937,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION pgmem.search_hybrid(text, text, vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) IS
-    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile times n / (n + 20); read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches by ts_rank + HNSW, by an exact scan when the index returns fewer than the pool: other tenants'' vectors never empty it). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';
+    'Hybrid recall for the current user over the memories that hold now (or at p_as_of): BM25 over the query''s lexemes (each memory''s text plus a +-2 window of its session, per-user statistics) fused with vector similarity (best sentence + context, counted from the candidates'' 10th percentile times n / (n + 20); read for the max(100, 4k) candidates best by BM25 or nearest by own cosine; the others their own cosine twice), + speaker match (metadata.speaker named in the query) + session boost; min(k, matching rows), highest score first, without those scoring below p_min_score. Without p_embedding: full-text only. NULL weights take the formula''s defaults (0.4 text, 0.6 vector, 0.2 speaker, 0.4 session). Same filters and routing as pgmem.search: exact over <= pgmem.exact_search_max_rows rows, else candidate pools (the best full-text matches: by BM25 over the user''s postings and statistics, pgmem._text_top, for a search of the whole space, by ts_rank over the scope''s rows for a filtered one; + HNSW, by an exact scan when the index returns fewer than the pool: other tenants'' vectors never empty it). Method: docs/recall.md. The query text is at most 100000 characters and 256 distinct terms (PGM08).';

@@ -122,6 +122,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON pgmem.memories, pgmem.tenant_sizes TO pg
 -- put_keyed's lock rows: made (INSERT) and locked (SELECT ... FOR UPDATE needs UPDATE).
 GRANT SELECT, INSERT, UPDATE ON pgmem.key_locks TO pgmem_api;
 GRANT SELECT, INSERT, DELETE ON pgmem.memory_vectors TO pgmem_api;
+-- The text side's postings and statistics, kept by the memories triggers as the writer, read by search_hybrid.
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmem.memory_terms, pgmem.term_stats TO pgmem_api;
 GRANT SELECT, INSERT ON pgmem.history, pgmem.memory_sources, pgmem.turns TO pgmem_api;
 -- clear_session deletes a session's turns.
 GRANT DELETE ON pgmem.turns TO pgmem_api;
@@ -142,7 +144,7 @@ BEGIN
         SELECT a.attrelid::regclass, a.attname FROM pg_catalog.pg_attribute a
         WHERE a.attrelid = ANY (ARRAY['pgmem.memories', 'pgmem.history', 'pgmem.memory_vectors', 'pgmem.turns',
                                       'pgmem.memory_sources', 'pgmem.tenant_sizes', 'pgmem.role_bindings',
-                                      'pgmem.key_locks']::regclass[])
+                                      'pgmem.key_locks', 'pgmem.memory_terms', 'pgmem.term_stats']::regclass[])
           AND a.attnum > 0 AND NOT a.attisdropped
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS 0', v_rel, v_att);
@@ -162,7 +164,7 @@ BEGIN
         CROSS JOIN LATERAL generate_subscripts(i.indkey, 1) AS k(n)
         WHERE i.indrelid = ANY (ARRAY['pgmem.memories', 'pgmem.history', 'pgmem.memory_vectors', 'pgmem.turns',
                                       'pgmem.memory_sources', 'pgmem.tenant_sizes', 'pgmem.role_bindings',
-                                      'pgmem.key_locks']::regclass[])
+                                      'pgmem.key_locks', 'pgmem.memory_terms', 'pgmem.term_stats']::regclass[])
           AND i.indkey[k.n] = 0
     LOOP
         EXECUTE pg_catalog.format('ALTER INDEX %s ALTER COLUMN %s SET STATISTICS 0', v_idx, v_col + 1);

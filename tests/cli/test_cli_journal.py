@@ -10,7 +10,7 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-import pgmem.client
+import pgmem.requests
 from pgmem import doctor
 from pgmem.cli import app
 from pgmem.journal import Journal, encode
@@ -25,7 +25,7 @@ def _clean_env(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("PGMEM_JOURNAL_DIR", str(tmp_path / "journal"))
-    monkeypatch.setattr(pgmem.client, "default_embedder", lambda: HashEmbedder(64))
+    monkeypatch.setattr(pgmem.requests, "default_embedder", lambda: HashEmbedder(64))
 
 
 def write(user: str, i: int) -> dict:

@@ -192,7 +192,7 @@ def test_planner_statistics_reveal_no_tenant(bench):
                      " ARRAY(SELECT ('[1,' || i || ',1]')::vector FROM generate_series(1, 300) i))")
     admin.execute("ANALYZE")
     tenant = ["memories", "history", "memory_vectors", "turns", "memory_sources", "tenant_sizes", "role_bindings",
-              "key_locks"]
+              "key_locks", "memory_terms", "term_stats"]
     assert admin.execute("SELECT count(*) FROM pg_stats WHERE schemaname = 'pgmem' AND tablename = ANY(%s)",
                          [tenant]).fetchone() == (0,)
     # What EXPLAIN tells a tenant about a user it names is the same for a user with 302 rows and for nobody.

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from conftest import connect, dsn_for
+from conftest import as_api, connect, dsn_for
 
 from pgmem import IdentityError, NotFound, PermissionDenied, PgmemError
 from pgmem.testing import HashEmbedder
@@ -29,6 +29,7 @@ TABLE_STATEMENTS = [
     ("SELECT count(*) FROM pgmem.memory_vectors", []), ("SELECT count(*) FROM pgmem.turns", []),
     ("SELECT count(*) FROM pgmem.memory_sources", []), ("SELECT count(*) FROM pgmem.tenant_sizes", []),
     ("SELECT count(*) FROM pgmem.key_locks", []),
+    ("SELECT count(*) FROM pgmem.memory_terms", []), ("SELECT count(*) FROM pgmem.term_stats", []),
     ("SELECT count(*) FROM pgmem.spaces", []), ("SELECT count(*) FROM pgmem.role_bindings", []),
     ("UPDATE pgmem.memories SET metadata = '{}'", []), ("DELETE FROM pgmem.memories", []),
     ("LOCK TABLE pgmem.memories IN ACCESS EXCLUSIVE MODE", []), ("LOCK TABLE pgmem.spaces IN SHARE MODE", []),
@@ -469,3 +470,40 @@ def test_lifecycle_functions_do_not_cross_users(admin, login_role, alice, seeded
         assert sql_error(conn, "SELECT pgmem.set_retention('t64', interval '1 day')").sqlstate == "42501"
     assert snapshot(admin, "alice") == alice_before
     assert admin.execute("SELECT * FROM pgmem.turns WHERE user_id = 'alice' ORDER BY turn_id").fetchall() == turns_before
+
+
+# --------------------------------------------------------------------------------------------------------
+# The text side's postings and statistics (migration 0025): per user, under row-level security
+# --------------------------------------------------------------------------------------------------------
+def test_one_users_text_statistics_never_reveal_anothers(make_memory, admin):
+    """BM25's statistics (pgmem.term_stats) and postings (pgmem.memory_terms) are kept per user: alice's scores on the
+    route that reads them do not move when bob writes hundreds of memories holding her query's terms, and the API
+    acting for alice sees none of bob's rows in either table, not even through pgmem._text_top."""
+    alice = make_memory("alice", "planner")
+    bob = make_memory("bob", "bob-agent")
+    alice.add_many([f"garden note {i}: tomatoes and basil" for i in range(12)] + ["the violin recital is on Friday",
+                                                                                  "violin strings from the garden shop"])
+    space = admin.execute("SELECT space_id FROM pgmem.spaces WHERE name = 't64'").fetchone()[0]
+
+    def alice_text_search() -> list[tuple]:
+        with as_api(admin, "alice"):
+            admin.execute("SET LOCAL pgmem.exact_search_max_rows = 5")  # the route whose text pool is the postings'
+            return admin.execute("SELECT id, text_score, score FROM pgmem.search_hybrid('t64', 'violin garden recital',"
+                                 " NULL, 5)").fetchall()
+
+    before = alice_text_search()
+    assert before and before[0][1] > 0
+    bob.add_many([f"violin garden recital {i}" for i in range(300)])
+    assert alice_text_search() == before
+    with as_api(admin, "alice"):
+        assert admin.execute("SELECT count(*) FROM pgmem.term_stats WHERE user_id = 'bob'").fetchone() == (0,)
+        assert admin.execute("SELECT count(*) FROM pgmem.memory_terms WHERE user_id = 'bob'").fetchone() == (0,)
+        assert admin.execute("SELECT count(DISTINCT user_id) FROM pgmem.term_stats").fetchone() == (1,)
+        assert admin.execute("SELECT o_ids FROM pgmem._text_top('bob', %s, '{violin}', 10, 10, 100)",
+                             [space]).fetchone() == (None,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # the policy's check: no row written for bob
+            with admin.transaction():
+                admin.execute("INSERT INTO pgmem.term_stats VALUES ('bob', %s, 'violin', 1, 1)", [space])
+    # Superuser view: bob's statistics are his own 300 memories, alice's her 14.
+    assert admin.execute("SELECT docs FROM pgmem.term_stats WHERE user_id = 'bob' AND lexeme = ''").fetchone() == (300,)
+    assert admin.execute("SELECT docs FROM pgmem.term_stats WHERE user_id = 'alice' AND lexeme = ''").fetchone() == (14,)
