@@ -77,7 +77,8 @@ def test_distribute_recorded_doctor_and_client_see_cluster_mode(cluster, gateway
     assert citus.state(psycopg.connect(cluster, autocommit=True, row_factory=psycopg.rows.dict_row)).distributed
     assert citus.distribute(cluster) == []  # idempotent: nothing left to do
     checks = {c.name: c for c in run_checks(cluster, space=SPACE, embedder=EMB)}
-    for name in ("citus settings", "citus distribution", "citus plans", "citus roles", "cluster mode"):
+    for name in ("citus settings", "citus distribution", "citus plans", "citus roles", "citus credentials",
+                 "cluster mode"):
         assert checks[name].ok, checks[name]
     assert checks["function probe"].ok, checks["function probe"]
 
@@ -174,8 +175,13 @@ def test_each_user_call_is_routed_to_one_shard_group(cluster, admin, gateway, tw
 
 def test_hnsw_index_used_on_the_shard(cluster, admin, gateway, run_id):
     user = f"{run_id}-large"
-    # The exact route below 50 rows, so that 120 rows take the HNSW route.
-    with memory(cluster, gateway, user, options="-c pgmem.exact_search_max_rows=50") as m:
+    # The exact route below 50 rows, so that 120 rows take the HNSW route: a setting of the login (Citus sends
+    # ALTER ROLE ... SET to the workers), since a call delegated to a worker runs in the login's session there,
+    # not in the client's session on the coordinator.
+    login = f"citus_hnsw_{run_id}"
+    admin.execute(f'CREATE ROLE "{login}" LOGIN IN ROLE pgmem_gateway')
+    admin.execute(f'ALTER ROLE "{login}" SET pgmem.exact_search_max_rows = 50')
+    with memory(cluster, login, user) as m:
         m.add_many([f"fact {i} about topic {i % 7} and colour {i % 5}" for i in range(120)])
 
         def scans() -> int:
@@ -191,6 +197,7 @@ def test_hnsw_index_used_on_the_shard(cluster, admin, gateway, run_id):
         while scans() == before and time.monotonic() < deadline:  # statistics reach the view within a second
             time.sleep(0.2)
         assert scans() > before
+    admin.execute(f'DROP ROLE "{login}"')
 
 
 def test_erase_touches_one_shard_group_and_purge_all(cluster, admin, gateway, two):
