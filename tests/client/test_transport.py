@@ -139,13 +139,20 @@ def test_a_refused_route_is_changed_once():
             super().__init__(msg)
             self.sqlstate = sqlstate
 
+    grouped = SyncTransport(pool=None, role="pgmem_gateway")  # a NOLOGIN role the workers refuse: no delegation
+    grouped._set_cluster(True)
+    assert type(grouped.identity) is TransactionIdentity
     t = SyncTransport(pool=None)
     t._set_cluster(False)
     assert not t._reroute(Refused("PGM11"), "transaction") and t.cluster is False
     assert t._reroute(Refused("PGM11"), "statement") and t.cluster is True
     assert isinstance(t.identity, DelegatedIdentity)
-    assert t._reroute(Refused("PGM11"), "statement") and type(t.identity) is TransactionIdentity
-    assert not t._reroute(Refused("PGM11"), "statement")
+    # A shard group that moved on the way (rebalancing): once more by the same route, then transactions.
+    assert t._reroute(Refused("08006", "connection to the remote node pgmem_api@10.0.0.3:5432 failed"), "statement")
+    assert isinstance(t.identity, DelegatedIdentity)
+    assert t._reroute(Refused("PGM11"), "statement") and isinstance(t.identity, DelegatedIdentity)
+    assert t._reroute(Refused("PGM11"), "statement", 1) and type(t.identity) is TransactionIdentity
+    assert not t._reroute(Refused("PGM11"), "statement", 1)
     u = SyncTransport(pool=None)
     u._set_cluster(True)
     assert not u._reroute(Refused("42883", "function pgmem.list(...) does not exist"), "statement")
