@@ -16,8 +16,13 @@ Every user's rows live in one shard group: the seven tables holding user data ar
    generic ones, and the generated statements regenerated): Citus cannot route their generic plans;
 5. lets the workers act for the user the coordinator resolved: Citus connects to a worker as the current
    role, which inside pgmem's functions is their owner ``pgmem_api``; so ``pgmem_api`` may log in on the
-   workers (``LOGIN`` there only); a pgmem_api session acts for the ``pgmem.user_id`` the coordinator
-   sets with ``SET LOCAL`` (``pgmem.current_user_id``);
+   workers (``LOGIN`` there only) with a random password whose SCRAM verifier every node holds and which
+   only the coordinator keeps (``pg_dist_authinfo``); a pgmem_api session acts for the ``pgmem.user_id``
+   the coordinator sets with ``SET LOCAL`` (``pgmem.current_user_id``), so the workers' ``pg_hba.conf``
+   must ask it for scram-sha-256 (:func:`credential_problems` checks);
+5b. puts pgmem's functions on every worker and makes the ``*_for`` calls distributed functions by their
+   first argument ``p_user_id``, colocated with ``memories``: Citus delegates each to the worker holding
+   that user's rows (:func:`delegation_problems`);
 6. records the cluster mode: ``ALTER DATABASE ... SET pgmem.cluster = 'citus'``, which clients read when they
    connect (:data:`pgmem.client.CLUSTER_SETTING`) to carry the identity in a transaction block, and which
    ``pgmem._build_knn`` reads to generate the search statements with custom plans (Citus cannot route a
