@@ -17,8 +17,13 @@ Every user's rows live in one shard group: the nine tables holding user data are
    generic ones, and the generated statements regenerated): Citus cannot route their generic plans;
 5. lets the workers act for the user the coordinator resolved: Citus connects to a worker as the current
    role, which inside pgmem's functions is their owner ``pgmem_api``; so ``pgmem_api`` may log in on the
-   workers (``LOGIN`` there only); a pgmem_api session acts for the ``pgmem.user_id`` the coordinator
-   sets with ``SET LOCAL`` (``pgmem.current_user_id``);
+   workers (``LOGIN`` there only) with a random password whose SCRAM verifier every node holds and which
+   only the coordinator keeps (``pg_dist_authinfo``); a pgmem_api session acts for the ``pgmem.user_id``
+   the coordinator sets with ``SET LOCAL`` (``pgmem.current_user_id``), so the workers' ``pg_hba.conf``
+   must ask it for scram-sha-256 (:func:`credential_problems` checks);
+5b. puts pgmem's functions on every worker and makes the ``*_for`` calls distributed functions by their
+   first argument ``p_user_id``, colocated with ``memories``: Citus delegates each to the worker holding
+   that user's rows (:func:`delegation_problems`);
 6. records the cluster mode: ``ALTER DATABASE ... SET pgmem.cluster = 'citus'``, which clients read when they
    connect (:data:`pgmem.transport.CLUSTER_SETTING`) to carry the identity in a transaction block, and which
    ``pgmem._build_knn`` reads to generate the search statements with custom plans (Citus cannot route a
@@ -50,6 +55,17 @@ SETTINGS: dict[str, tuple[str, str, str]] = {
                                                  "inside a shard's query"),
 }
 CLUSTER_VALUE = "citus"
+# The foreign keys of the user tables as the schema defines them (sql/current): distribute drops them before
+# making spaces a reference table and adds them again afterwards, also on a run after one that stopped between.
+FOREIGN_KEYS: dict[str, tuple[str, str]] = {
+    "memories_space_fkey": ("memories", "FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id)"),
+    "memory_sources_memory_fkey": ("memory_sources", "FOREIGN KEY (user_id, memory_id) REFERENCES "
+                                                     "pgmem.memories(user_id, id) ON DELETE CASCADE"),
+    "memory_vectors_memory_fkey": ("memory_vectors", "FOREIGN KEY (user_id, memory_id) REFERENCES "
+                                                     "pgmem.memories(user_id, id) ON DELETE CASCADE"),
+    "tenant_sizes_space_fkey": ("tenant_sizes", "FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id)"),
+    "turns_space_fkey": ("turns", "FOREIGN KEY (space_id) REFERENCES pgmem.spaces(space_id)"),
+}
 
 SQL_HAS_CITUS = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'citus'"
 SQL_PARTITIONS = """
@@ -79,6 +95,23 @@ WHERE schemaname = 'pgmem' AND tablename = ANY (%s) ORDER BY tablename
 SQL_GENERIC_PLANS = """
 SELECT p.oid::regprocedure::text AS signature FROM pg_catalog.pg_proc p
 WHERE p.pronamespace = 'pgmem'::regnamespace AND 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig)
+ORDER BY 1
+"""
+# The calls a coordinator delegates to a worker (sql/current/95-cluster.sql): their distribution, if any.
+SQL_DELEGATED = """
+SELECT p.oid::regprocedure::text AS signature, o.distribution_argument_index AS arg, o.colocationid,
+       (SELECT d.colocationid FROM pg_dist_partition d WHERE d.logicalrelid = 'pgmem.memories'::regclass) AS memories
+FROM pg_catalog.pg_proc p
+LEFT JOIN pg_catalog.pg_dist_object o ON o.classid = 'pg_catalog.pg_proc'::regclass AND o.objid = p.oid
+WHERE p.pronamespace = 'pgmem'::regnamespace AND p.proname LIKE '%\\_for' AND p.proargnames[1] = 'p_user_id'
+ORDER BY 1
+"""
+# pgmem's functions that Citus has not put on the workers (it leaves out those over a table's row type, such
+# as pgmem._checked_space): a call delegated to a worker runs pgmem's functions there.
+SQL_LOCAL_FUNCTIONS = """
+SELECT p.oid::regprocedure::text AS signature FROM pg_catalog.pg_proc p
+WHERE p.pronamespace = 'pgmem'::regnamespace AND NOT EXISTS (
+    SELECT 1 FROM pg_dist_object o WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.objid = p.oid)
 ORDER BY 1
 """
 SQL_WORKER_SETTING = "SELECT nodename, nodeport, success, result FROM run_command_on_workers(%s)"
@@ -166,23 +199,135 @@ def setting_problems(conn) -> list[str]:
     return problems
 
 
+# pgmem_api's LOGIN and the digest of its password verifier, on a node (superusers read pg_authid).
+SQL_API_ROLE = ("SELECT r.rolcanlogin::text || ':' || coalesce(md5(r.rolpassword), '') FROM pg_catalog.pg_authid r "
+                "WHERE r.rolname = 'pgmem_api'")
+
+
 def api_role_problems(conn) -> list[str]:
     """What keeps the workers from acting for the coordinator's user: pgmem_api must be able to log in on
-    every worker (there pgmem.current_user_id() reads the pgmem.user_id the coordinator set)."""
+    every worker (there pgmem.current_user_id() reads the pgmem.user_id the coordinator set), with the password
+    verifier the coordinator's pgmem_api holds (Citus copies a role to a worker as the coordinator has it, for
+    example to a node added later: NOLOGIN, and the coordinator's verifier)."""
     import psycopg
 
     problems = []
     try:
         with conn.transaction():
-            rows = _rows(conn, SQL_WORKER_SETTING,
-                         ("SELECT rolcanlogin FROM pg_catalog.pg_roles WHERE rolname = 'pgmem_api'",))
+            mine = conn.execute(SQL_API_ROLE).fetchone()
+            rows = _rows(conn, SQL_WORKER_SETTING, (SQL_API_ROLE,))
     except psycopg.Error as exc:
         return problems + [f"cannot read pgmem_api on the workers ({from_psycopg(exc).message})"]
+    digest = (list(mine.values())[0] if isinstance(mine, dict) else mine[0]).split(":", 1)[1] if mine else ""
     for r in rows:
-        if not r["success"] or r["result"] != "t":
-            problems.append(f"pgmem_api may not log in on worker {r['nodename']}:{r['nodeport']} (Citus connects "
-                            "as the functions' owner; pgmem distribute sets LOGIN there)")
+        node = f"{r['nodename']}:{r['nodeport']}"
+        login, _, theirs = (r["result"] or "").partition(":") if r["success"] else ("", "", "")
+        if login != "true":
+            problems.append(f"pgmem_api may not log in on worker {node} (Citus connects as the functions' owner; "
+                            "pgmem distribute sets LOGIN there)")
+        elif not digest or theirs != digest:
+            problems.append(f"pgmem_api's password on worker {node} is not the one the coordinator set (run pgmem "
+                            "distribute)")
     return problems
+
+
+# pgmem_api's secret on the cluster: the coordinator keeps the password in pg_dist_authinfo (readable by
+# superusers only, and not copied to the workers); the workers hold only its SCRAM-SHA-256 verifier.
+API_ROLE = "pgmem_api"
+SQL_AUTHINFO = ("SELECT nodeid, authinfo FROM pg_catalog.pg_dist_authinfo WHERE rolename = 'pgmem_api' "
+                "ORDER BY nodeid")
+# On a worker: the authentication of the first pg_hba.conf rule that a connection of pgmem_api to this
+# database would match, per connection type (local socket, TCP). Addresses are not compared: a rule for any
+# address counts, which errs on the side of reporting trust.
+SQL_WORKER_HBA = """SELECT coalesce(string_agg(k || '=' || m || ':' || l, ' ' ORDER BY k), '') FROM (
+    SELECT DISTINCT ON (k) k, r.auth_method AS m, r.line_number AS l FROM (
+        SELECT CASE WHEN h.type = 'local' THEN 'local' ELSE 'host' END AS k, h.* FROM pg_catalog.pg_hba_file_rules h
+        WHERE h.error IS NULL AND (h.user_name && ARRAY['pgmem_api', 'all'])
+          AND (h.database && ARRAY[current_database()::text, 'all'])) r
+    ORDER BY k, r.rule_number) f"""
+# Authentication methods that prove who connects (a password's SCRAM exchange, a certificate, Kerberos).
+STRONG_AUTH = ("scram-sha-256", "cert", "gss", "sspi", "reject")
+
+
+def scram_verifier(password: str, iterations: int = 4096) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores for ``password`` (RFC 5802/7677, PostgreSQL's
+    ``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`` text): ``ALTER ROLE ... PASSWORD`` with it
+    sets the password without sending it."""
+    import base64
+    import hashlib
+    import hmac
+    import secrets
+
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(hashlib.sha256(client_key).digest())}:{b64(server_key)}"
+
+
+def credential_problems(conn) -> list[str]:
+    """What keeps the workers from trusting only the coordinator for ``pgmem_api``, one line each: no
+    password for pgmem_api in the coordinator's ``pg_dist_authinfo``, or a worker whose ``pg_hba.conf`` lets
+    pgmem_api in without proving it (the first rule matching it uses trust, password, md5, peer or ident)."""
+    import psycopg
+
+    problems = []
+    rows = _rows(conn, SQL_AUTHINFO)
+    if not any("password=" in r["authinfo"] for r in rows):
+        problems.append("the coordinator keeps no password for pgmem_api in pg_dist_authinfo (pgmem distribute "
+                        "sets one)")
+    try:
+        with conn.transaction():
+            hba = _rows(conn, SQL_WORKER_SETTING, (SQL_WORKER_HBA,))
+    except psycopg.Error as exc:
+        return problems + [f"cannot read pg_hba.conf on the workers ({from_psycopg(exc).message})"]
+    for r in hba:
+        node = f"{r['nodename']}:{r['nodeport']}"
+        if not r["success"]:
+            problems.append(f"cannot read pg_hba.conf on worker {node} ({r['result']})")
+            continue
+        seen = dict(part.split("=", 1) for part in r["result"].split())
+        for kind in ("local", "host"):
+            method, _, line = seen.get(kind, "reject:0").partition(":")
+            if method not in STRONG_AUTH:
+                problems.append(f"pg_hba.conf line {line} of worker {node} lets pgmem_api in by {method} ({kind} "
+                                "connections): any process that reaches the worker can act for any user there; "
+                                "put `" + ("local" if kind == "local" else "host") + " all pgmem_api "
+                                + ("" if kind == "local" else "<coordinator address>/32 ")
+                                + "scram-sha-256` above it (docs/scaling.md)")
+    return problems
+
+
+def _set_api_credential(conn, rotate: bool) -> None:
+    """pgmem_api's password on the cluster. With ``rotate``, a new random one: its SCRAM verifier on the
+    coordinator's pgmem_api (which stays NOLOGIN; Citus copies the role with it to every worker, now and to
+    nodes added later), the password itself in the coordinator's pg_dist_authinfo (nodeid 0: every node).
+    Then, in every case, LOGIN and that verifier on every worker (the role as the coordinator has it, LOGIN
+    added on the workers only)."""
+    import secrets
+
+    if rotate:
+        password = secrets.token_urlsafe(32)
+        conn.execute(f"ALTER ROLE pgmem_api PASSWORD '{scram_verifier(password)}'")
+        with conn.transaction():
+            conn.execute("DELETE FROM pg_catalog.pg_dist_authinfo WHERE rolename = 'pgmem_api'")
+            conn.execute("INSERT INTO pg_catalog.pg_dist_authinfo (nodeid, rolename, authinfo) "
+                         "VALUES (0, 'pgmem_api', %s)", (f"password={password}",))
+    verifier = _rows(conn, "SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = 'pgmem_api'")[0]["rolpassword"]
+    for r in _rows(conn, SQL_WORKER_SETTING,
+                   ("SET citus.enable_alter_role_propagation = off; "
+                    f"ALTER ROLE pgmem_api LOGIN PASSWORD '{verifier}'",)):
+        if not r["success"]:
+            raise SchemaError(f"cannot let pgmem_api log in on worker {r['nodename']}:{r['nodeport']}: {r['result']}")
+
+
+def delegation_problems(conn) -> list[str]:
+    """The signatures of the ``*_for`` calls (sql/current/95-cluster.sql) that Citus would not delegate to the
+    worker holding their user's rows: not distributed by their first argument ``p_user_id``, colocated with
+    ``pgmem.memories``."""
+    return [r["signature"] for r in _rows(conn, SQL_DELEGATED)
+            if r["arg"] != 0 or r["colocationid"] is None or r["colocationid"] != r["memories"]]
 
 
 def settings_hint(problems: list[str]) -> str:
@@ -225,8 +370,7 @@ def _distribute(conn) -> list[str]:
         done.append(f"policy {table}_tenant without sub-select")
     # 2. Keys off, reference and distributed tables, keys on again.
     if not st.distributed:
-        keys = dict(st.foreign_keys)
-        for name, (table, _) in keys.items():
+        for name, (table, _) in st.foreign_keys.items():
             conn.execute(f"ALTER TABLE pgmem.{table} DROP CONSTRAINT {name}")
         for table in REFERENCE_TABLES:
             if st.tables.get(table) != "reference":
@@ -235,21 +379,45 @@ def _distribute(conn) -> list[str]:
         for table in USER_TABLES:
             if st.tables.get(table) != "distributed by user_id":
                 colocate = "default" if table == "memories" else "pgmem.memories"
+                # The rows a table holds already are copied into its shards: with its triggers off, or the
+                # history trigger of memories would write to a history that has no shards yet (and the
+                # content triggers rewrite rows that were checked when they were written).
+                conn.execute(f"ALTER TABLE pgmem.{table} DISABLE TRIGGER USER")
                 conn.execute("SELECT create_distributed_table(%s, 'user_id', colocate_with => %s)",
                              (f"pgmem.{table}", colocate))
+                conn.execute(f"ALTER TABLE pgmem.{table} ENABLE TRIGGER USER")
                 done.append(f"pgmem.{table} distributed by user_id")
-        for name, (table, definition) in keys.items():
-            # One constraint per ALTER TABLE: Citus refuses a constraint added with other subcommands.
-            conn.execute(f"ALTER TABLE pgmem.{table} ADD CONSTRAINT {name} {definition}")
-        if keys:
-            done.append("foreign keys " + ", ".join(sorted(keys)) + " dropped and added again")
-    # 3. The workers act for the coordinator's user.
-    if any("log in" in p for p in api_role_problems(conn)):
-        # LOGIN on the workers only; the coordinator's pgmem_api stays NOLOGIN.
-        conn.execute("SELECT * FROM run_command_on_workers("
-                     "'SET citus.enable_alter_role_propagation = off; ALTER ROLE pgmem_api LOGIN')")
-        done.append("pgmem_api may log in on the workers")
-    # 4. Custom plans for the functions that force generic ones (a later migration that redefines such a
+    # Every foreign key of the schema, also after a run that stopped once it had dropped them.
+    have = state(conn).foreign_keys if not st.distributed else st.foreign_keys
+    missing = {n: k for n, k in FOREIGN_KEYS.items() if n not in have}
+    for name, (table, definition) in missing.items():
+        # One constraint per ALTER TABLE: Citus refuses a constraint added with other subcommands.
+        conn.execute(f"ALTER TABLE pgmem.{table} ADD CONSTRAINT {name} {definition}")
+    if missing:
+        done.append("foreign keys " + ", ".join(sorted(missing)) + " added")
+    # 3. The workers act for the coordinator's user, and know it by its password: pgmem_api may log in on
+    # the workers only (the coordinator's stays NOLOGIN), with a password the coordinator alone keeps.
+    kept = any("password=" in r["authinfo"] for r in _rows(conn, SQL_AUTHINFO))
+    has_verifier = _rows(conn, "SELECT rolpassword IS NOT NULL AS v FROM pg_catalog.pg_authid "
+                               "WHERE rolname = 'pgmem_api'")[0]["v"]
+    if not (kept and has_verifier):
+        _set_api_credential(conn, rotate=True)
+        done.append("pgmem_api's password: a new one, kept in the coordinator's pg_dist_authinfo")
+    if api_role_problems(conn):
+        _set_api_credential(conn, rotate=False)
+        done.append("pgmem_api may log in on the workers (with the coordinator's password)")
+    # 4. Function call delegation: each *_for call runs on the worker holding its user's shard group.
+    local = [r["signature"] for r in _rows(conn, SQL_LOCAL_FUNCTIONS)]
+    for sig in local:
+        conn.execute("SELECT create_distributed_function(%s)", (sig,))
+    if local:
+        done.append("on every worker: " + ", ".join(g.split("(")[0] for g in local))
+    undelegated = delegation_problems(conn)
+    for sig in undelegated:
+        conn.execute("SELECT create_distributed_function(%s, 'p_user_id', colocate_with => 'pgmem.memories')", (sig,))
+    if undelegated:
+        done.append("delegated to the user's worker: " + ", ".join(g.split("(")[0] for g in undelegated))
+    # 5. Custom plans for the functions that force generic ones (a later migration that redefines such a
     # function sets it back: doctor then says so, and distribute fixes it again).
     generic = [r["signature"] for r in conn.execute(SQL_GENERIC_PLANS).fetchall()]
     for sig in generic:
@@ -259,7 +427,7 @@ def _distribute(conn) -> list[str]:
         conn.execute(f"SET pgmem.cluster = '{CLUSTER_VALUE}'")
         conn.execute("SELECT pgmem._build_knn()")
         done.append("custom plans for " + ", ".join(g.split("(")[0] for g in generic))
-    # 5. The cluster mode clients read.
+    # 6. The cluster mode clients read.
     if st.flag != CLUSTER_VALUE:
         db = conn.execute("SELECT current_database() AS d").fetchone()["d"]
         conn.execute(f"ALTER DATABASE \"{db}\" SET pgmem.cluster = '{CLUSTER_VALUE}'")

@@ -434,7 +434,7 @@ def _citus_checks(conn) -> list[Check]:
     import psycopg
 
     from . import citus
-    from .citus import CLUSTER_VALUE, REFERENCE_TABLES, USER_TABLES
+    from .citus import CLUSTER_VALUE, FOREIGN_KEYS, REFERENCE_TABLES, SQL_LOCAL_FUNCTIONS, USER_TABLES
     from .errors import from_psycopg
 
     try:
@@ -451,12 +451,15 @@ def _citus_checks(conn) -> list[Check]:
                           "citus.allow_nested_distributed_execution on (workers)"))
     missing = [t for t in REFERENCE_TABLES if st.tables.get(t) != "reference"] + \
               [t for t in USER_TABLES if st.tables.get(t) != "distributed by user_id"]
-    if st.distributed and not st.subselect_policies:
+    lost = sorted(set(FOREIGN_KEYS) - set(st.foreign_keys))
+    if st.distributed and not st.subselect_policies and not lost:
         out.append(Check("citus distribution", True, f"Citus {st.citus}: reference {', '.join(REFERENCE_TABLES)}; "
                                                      f"{len(USER_TABLES)} tables colocated by user_id"))
     else:
         what = (f"not distributed: {', '.join(missing)}" if missing else "tables not colocated") if not st.distributed \
-            else "policies with a sub-select: " + ", ".join(st.subselect_policies)
+            else ("policies with a sub-select: " + ", ".join(st.subselect_policies) if st.subselect_policies
+                  else "foreign keys missing: " + ", ".join(lost) + " (deleted memories would leave their vectors "
+                       "and sources behind)")
         out.append(Check("citus distribution", False, f"Citus {st.citus}: {what} (run pgmem distribute)"))
     generic = citus.generic_plans(conn)
     out.append(Check("citus plans", not generic, "generic plans forced in " + ", ".join(generic)
@@ -465,6 +468,17 @@ def _citus_checks(conn) -> list[Check]:
     roles = citus.api_role_problems(conn)
     out.append(Check("citus roles", not roles, "; ".join(roles) + " (run pgmem distribute)" if roles
                      else "pgmem_api may log in on every worker"))
+    undelegated = (citus.delegation_problems(conn) + [r["signature"] + " (not on the workers)"
+                                                      for r in citus._rows(conn, SQL_LOCAL_FUNCTIONS)]) \
+        if st.distributed else []
+    out.append(Check("citus delegation", not undelegated,
+                     "not delegated to the user's worker: " + ", ".join(undelegated) + " (run pgmem distribute)"
+                     if undelegated else "each user's call (the *_for functions) runs on the worker holding "
+                                         "the user's rows, in one remote command"))
+    creds = citus.credential_problems(conn)
+    out.append(Check("citus credentials", not creds, "; ".join(creds) if creds
+                     else "pgmem_api proves itself to every worker (scram-sha-256 or stronger), with a password "
+                          "only the coordinator keeps (pg_dist_authinfo)"))
     flag_ok = st.flag == CLUSTER_VALUE
     out.append(Check("cluster mode", flag_ok or not st.tables,
                      "on: clients carry the identity in a transaction block (pgmem.cluster = 'citus')" if flag_ok

@@ -132,6 +132,7 @@ SQLSTATE_CLASSES: dict[str, type[PgmemError]] = {
     "PGM08": ValidationError,
     "PGM09": EmbeddingSpaceMismatch,
     "PGM10": ScopeRequired,
+    "PGM11": SchemaError,  # a route that cannot carry the identity on this server (a Citus cluster)
     "42501": PermissionDenied,  # insufficient_privilege
     "42P01": SchemaError,  # undefined_table
     "42883": SchemaError,  # undefined_function

@@ -15,6 +15,11 @@ from typing import Any
 from importlib import resources
 
 ROUTES = ("as_user", "act_as", "as_login")
+# The as_user statements whose function has a ``<name>_for(p_user_id, ...)`` twin (sql/current/95-cluster.sql):
+# on a Citus cluster the call runs as that twin, which Citus delegates to the worker holding the user's rows.
+DELEGATED = frozenset({"add", "add_batch", "get", "list", "edit", "search", "search_hybrid"})
+FOR_USER = "p_user_id => %(pgmem_user_id)s::text, "
+"""The first argument of a ``*_for`` call: the user it acts for, the distribution argument."""
 AS_USER = "pgmem.as_user(%(pgmem_user_id)s::text, "
 """How an ``as_user`` statement opens the wrapper of its first argument (the argument follows, then ``)``)."""
 
@@ -36,6 +41,9 @@ class Statement:
     route: str
     text: str
     plain: str
+    delegated: str | None = None
+    """For the names in :data:`DELEGATED`: the call of the ``<name>_for`` twin, the user its first argument
+    (``%(pgmem_user_id)s``); else None."""
 
 
 def parse(text: str) -> dict[str, Statement]:
@@ -64,7 +72,10 @@ def parse(text: str) -> dict[str, Statement]:
             if AS_USER in body:
                 raise ValueError(f"queries.sql: {route} block {name!r} must not call pgmem.as_user")
             plain = body
-        out[name] = Statement(name, route, body, plain)
+        delegated = None
+        if name in DELEGATED and route == "as_user" and plain.count(f"pgmem.{name}(") == 1:
+            delegated = plain.replace(f"pgmem.{name}(", f"pgmem.{name}_for({FOR_USER}", 1)
+        out[name] = Statement(name, route, body, plain, delegated)
     return out
 
 

@@ -140,6 +140,10 @@ class Call(NamedTuple):
     act_as: str | None
 
 
+class _Rerouted(Exception):
+    """Internal: the call was refused by its route and the transport chose another (:meth:`Transport._reroute`)."""
+
+
 class IdentityRoute:
     """Where a call carries the identity it acts for: the seam of the transport between the route a
     statement declares in ``queries.sql`` and the statements sent.
@@ -179,6 +183,25 @@ class TransactionIdentity(IdentityRoute):
         return Call("transaction", stmt.plain, params, user_id)
 
 
+class DelegatedIdentity(TransactionIdentity):
+    """Cluster mode (docs/scaling.md) for a client acting as its login (``role=None``): a pooled call acting
+    for a user whose statement has a ``*_for`` twin (:data:`pgmem.queries.DELEGATED`) is that twin, one
+    statement whose first argument is the user: Citus delegates it to the worker holding the user's shard
+    group (one remote command, no two-phase commit, no other worker), connecting as the login. Every other
+    call is a :class:`TransactionIdentity` transaction, as is every call of a client with a ``role``."""
+
+    def plan(self, stmt: Statement, params: dict[str, Any], user_id: str | None, pooled: bool) -> Call:
+        if pooled and user_id is not None and stmt.delegated is not None:
+            return Call("statement", stmt.delegated, {**params, "pgmem_user_id": user_id}, None)
+        return super().plan(stmt, params, user_id, pooled)
+
+
+# A call refused because its route cannot carry the identity on this server (sql/current: pgmem.as_user on a
+# distributed schema, a *_for call Citus did not delegate): the transport changes route and calls again.
+ROUTE_REFUSED = "PGM11"
+UNDEFINED_FUNCTION = "42883"
+
+
 # --------------------------------------------------------------------------------------------------------
 # One design, two implementations
 # --------------------------------------------------------------------------------------------------------
@@ -202,9 +225,45 @@ class Transport:
         the workers (citus.propagate_set_commands = 'local'), so a one-statement call would carry no identity
         there (its reads would find nothing). A route set on the instance is left as it is."""
         self.cluster = flag
-        if "identity" not in vars(self):
-            if flag:
-                self.identity = TransactionIdentity()
+        if flag and self._auto_route():
+            # A delegated call connects to the worker as the current role: the login itself, not a group role
+            # the client switched to (NOLOGIN, such as pgmem_gateway), which the worker would refuse.
+            self.identity = DelegatedIdentity() if self.role is None else TransactionIdentity()
+            self._route_chosen = True
+
+    def _auto_route(self) -> bool:
+        """Whether the identity route is the transport's to choose (not one set on the instance by its user)."""
+        return "identity" not in vars(self) or vars(self).get("_route_chosen", False)
+
+    def _reroute(self, exc: psycopg.Error, how: str, attempt: int = 0) -> bool:
+        """Whether a one-statement call refused with :data:`ROUTE_REFUSED` may run again by another route, set
+        here: a client that took the database for a single server (it connected before ``pgmem distribute``)
+        switches to cluster mode; a ``*_for`` call that Citus did not delegate, or that the schema does not have
+        yet (undefined_function), becomes a transaction. A route
+        set on the instance is left as it is (the error is raised)."""
+        state = getattr(exc, "sqlstate", None)
+        if how != "statement" or not self._auto_route():
+            return False
+        if attempt == 0 and isinstance(self.identity, DelegatedIdentity) and (
+                state == ROUTE_REFUSED or (state == "08006" and "remote node pgmem_api@" in str(exc))):
+            # A shard group moved while the call was on its way (rebalancing): the worker it reached holds the
+            # user's rows no more, and its call aborted. Once more: the coordinator now routes to the new node.
+            return True
+        if state == UNDEFINED_FUNCTION and isinstance(self.identity, DelegatedIdentity) and "_for(" in str(exc):
+            # A schema from before the *_for calls (a cluster not migrated yet, or rolled back): transactions.
+            self.identity = TransactionIdentity()
+            self._route_chosen = True
+            return True
+        if state != ROUTE_REFUSED:
+            return False
+        if not self.cluster:
+            self._set_cluster(True)
+        elif isinstance(self.identity, DelegatedIdentity):
+            self.identity = TransactionIdentity()
+            self._route_chosen = True
+        else:
+            return False
+        return True
 
     def safe_dsn(self) -> str:
         """The DSN without user and password (for messages)."""
@@ -312,6 +371,15 @@ class SyncTransport(Transport):
                     self._set_cluster(bool(c.execute(CLUSTER_QUERY).fetchone()[0]))
             except psycopg.Error as exc:
                 raise from_psycopg(exc) from exc
+        for attempt in range(4):
+            try:
+                return self._rows(name, params, user_id, conn, row_factory, attempt)
+            except _Rerouted:
+                continue
+        raise SchemaError("no identity route is accepted by this server")  # pragma: no cover (two reroutes at most)
+
+    def _rows(self, name: str, params: dict[str, Any], user_id: str | None, conn: psycopg.Connection | None,
+              row_factory: Any, attempt: int = 0) -> list[Any]:
         how, sql, params, act_as = self._plan(name, params, user_id, conn)
         try:
             if how == "statement":
@@ -337,6 +405,8 @@ class SyncTransport(Transport):
                     cur.execute(sql, params)
                 return cur.fetchall()
         except psycopg.Error as exc:
+            if self._reroute(exc, how, attempt):
+                raise _Rerouted() from exc
             raise from_psycopg(exc) from exc
 
 
@@ -428,6 +498,15 @@ class AsyncTransport(Transport):
                     self._set_cluster(bool((await (await c.execute(CLUSTER_QUERY)).fetchone())[0]))
             except psycopg.Error as exc:
                 raise from_psycopg(exc) from exc
+        for attempt in range(4):
+            try:
+                return await self._rows(name, params, user_id, conn, row_factory, attempt)
+            except _Rerouted:
+                continue
+        raise SchemaError("no identity route is accepted by this server")  # pragma: no cover (two reroutes at most)
+
+    async def _rows(self, name: str, params: dict[str, Any], user_id: str | None,
+                    conn: psycopg.AsyncConnection | None, row_factory: Any, attempt: int = 0) -> list[Any]:
         how, sql, params, act_as = self._plan(name, params, user_id, conn)
         try:
             if how == "statement":
@@ -454,4 +533,6 @@ class AsyncTransport(Transport):
                     await cur.execute(sql, params)
                 return await cur.fetchall()
         except psycopg.Error as exc:
+            if self._reroute(exc, how, attempt):
+                raise _Rerouted() from exc
             raise from_psycopg(exc) from exc

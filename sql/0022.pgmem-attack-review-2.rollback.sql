@@ -533,4 +533,4 @@ $def$); END $pgmem$;
 COMMENT ON FUNCTION pgmem.update(uuid, text, vector, jsonb, boolean, integer, text, text, text[], vector[]) IS
     'Update a memory that still holds: content (with its new embedding), metadata merged into the old (top-level keys) unless p_replace_metadata. p_expected_version makes it optimistic (PGM04 on mismatch; also when the memory was superseded or invalidated). Returns the new row; PGM03 when not found or expired.';
 
-ALTER INDEX pgmem.memories_user_key_idx ALTER COLUMN 3 SET STATISTICS DEFAULT;
+ALTER INDEX pgmem.memories_user_key_idx ALTER COLUMN 3 SET STATISTICS -1;  -- -1: the default (DEFAULT is PostgreSQL 17+)

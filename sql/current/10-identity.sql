@@ -145,14 +145,24 @@ END
 $$;
 COMMENT ON FUNCTION pgmem.unbind_role(name) IS 'Schema owner only: remove a login role''s binding. Returns whether one existed.';
 
+-- On a Citus cluster the identity it sets stays on the coordinator (SET LOCAL reaches the workers only in a
+-- transaction block), so the call would read nothing and write for no one: there it refuses (PGM11), and a
+-- client that connected before pgmem distribute switches to cluster mode and calls again.
 CREATE FUNCTION pgmem.as_user(p_user_id text, p_value anyelement) RETURNS anyelement
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pgmem, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid = 'pgmem.memories'::regclass) THEN
+            RAISE EXCEPTION 'pgmem.as_user cannot carry the identity on a Citus cluster (schema pgmem is distributed)'
+                USING ERRCODE = 'PGM11',
+                      HINT = 'Run the call in a transaction after pgmem.act_as, or call its *_for function; pgmem clients switch by themselves.';
+        END IF;
+    END IF;
     PERFORM pgmem.act_as(p_user_id);
     RETURN p_value;
 END
 $$;
 COMMENT ON FUNCTION pgmem.as_user(text, anyelement) IS
-    'pgmem.act_as(p_user_id), then p_value: wraps one argument of a PL/pgSQL API call so that the call acts for that user in one statement. Same checks and errors as act_as.';
+    'pgmem.act_as(p_user_id), then p_value: wraps one argument of a PL/pgSQL API call so that the call acts for that user in one statement. Same checks and errors as act_as; PGM11 on a Citus cluster (distributed schema), where it cannot carry the identity.';

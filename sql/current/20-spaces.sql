@@ -224,6 +224,10 @@ BEGIN
             USING ERRCODE = 'PGM01', HINT = 'Connect as the role that ran the migrations.';
     END IF;
     PERFORM pgmem._require_maintainer('drop an embedding space');
+    -- On a Citus cluster: one connection per worker for the whole transaction (the space's row of the reference
+    -- table spaces is read and locked before its index is dropped on every shard, which Citus refuses to do in
+    -- parallel). On a single server the setting is an unused placeholder.
+    SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
     -- Locks the space's row first: a concurrent create_space of the same name waits, then creates it anew.
     SELECT * INTO v_space FROM pgmem.spaces s WHERE s.name = p_name FOR UPDATE;
     IF NOT FOUND THEN

@@ -184,6 +184,8 @@ DECLARE
     v_out_o integer[] := '{}';
     v_out_id uuid[] := '{}';
     v_out_created boolean[] := '{}';
+    v_items integer[];
+    v_seqs bigint[];
 BEGIN
     IF p_user_ids IS NULL THEN
         v_user := pgmem._require_user();
@@ -256,17 +258,18 @@ BEGIN
                 SELECT h.memory_id FROM pgmem.history h WHERE h.user_id = v_user AND h.memory_id IN (SELECT p_ids[o] FROM unnest(v_sel) AS o)) x;
         END IF;
         PERFORM pgmem._expire_conflicts(v_user, v_space, ARRAY(SELECT pgmem.content_hash(p_contents[o]) FROM unnest(v_sel) AS o));
-        -- seq follows item order (the order of turns), whatever order the rows are inserted in.
-        WITH items AS MATERIALIZED (
-            SELECT g.o, nextval('pgmem.memories_seq') AS seq
-            FROM unnest(v_sel) AS g(o) LEFT JOIN unnest(v_known) AS kn(id) ON kn.id = p_ids[g.o]
-            WHERE kn.id IS NULL
-        ), ins AS (
+        -- seq follows item order (the order of turns), whatever order the rows are inserted in. The items and
+        -- their seqs are arrays, not a CTE the INSERT reads: on a Citus cluster such a CTE is a subplan whose
+        -- result goes to every worker, and the write then commits on all of them with two-phase commit.
+        v_items := ARRAY(SELECT g.o FROM unnest(v_sel) AS g(o) LEFT JOIN unnest(v_known) AS kn(id) ON kn.id = p_ids[g.o]
+                         WHERE kn.id IS NULL ORDER BY g.o);
+        v_seqs := ARRAY(SELECT nextval('pgmem.memories_seq') FROM generate_series(1, cardinality(v_items)) AS g(i) ORDER BY g.i);
+        WITH ins AS (
             INSERT INTO pgmem.memories AS m (user_id, id, space_id, agent_id, session_id, content, embedding, metadata, expires_at, created_at, seq)
             SELECT v_user, coalesce(p_ids[o], gen_random_uuid()), v_space.space_id, p_agent_ids[o], p_session_ids[o],
                    p_contents[o], p_embeddings[o], coalesce(p_metadata[o], '{}'), p_expires_at[o], coalesce(p_created_at[o], now()),
                    items.seq
-            FROM items
+            FROM unnest(v_items, v_seqs) AS items(o, seq)
             -- Insert in content-hash order, not item order: concurrent batches holding the same texts in
             -- different orders then wait for each other instead of deadlocking.
             ORDER BY pgmem.content_hash(p_contents[o]), o
@@ -274,8 +277,7 @@ BEGIN
             ON CONFLICT DO NOTHING
             RETURNING m.id, m.seq
         )
-        SELECT coalesce(array_agg(ins.id ORDER BY items.o), '{}') INTO v_created
-        FROM ins JOIN items ON items.seq = ins.seq;
+        SELECT coalesce(array_agg(ins.id ORDER BY ins.seq), '{}') INTO v_created FROM ins;  -- seq: item order
         IF cardinality(v_created) = cardinality(v_sel) THEN
             -- Every item is a new memory (the common case): ids come from RETURNING, in item order. The
             -- general mapping below costs about 1.1 ms a call (bench/FINDINGS.md I3).
@@ -730,6 +732,7 @@ DECLARE
     v_expires timestamptz;
     v_embedding @vector@.vector;
     v_session text;
+    v_vec record;
 BEGIN
     -- Items are read as p_x[1..n]: an array of more dimensions or another lower bound (possible from SQL) would
     -- read as NULLs, turning a write into a delete of the key or a memory without one.
@@ -879,10 +882,16 @@ BEGIN
             created := true;
         END IF;
         IF v_changed AND p_vector_items IS NOT NULL THEN
-            INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
-            SELECT v_user, v_id, row_number() OVER (ORDER BY e.i), e.kind, e.emb
-            FROM unnest(p_vector_items, p_vector_kinds, p_vectors) WITH ORDINALITY AS e(item, kind, emb, i)
-            WHERE e.item = v_i - 1;
+            -- Row by row (INSERT ... VALUES): Citus runs an INSERT ... SELECT from unnest as COPY, which
+            -- row-level security refuses.
+            FOR v_vec IN
+                SELECT row_number() OVER (ORDER BY e.i) AS n, e.kind, e.emb
+                FROM unnest(p_vector_items, p_vector_kinds, p_vectors) WITH ORDINALITY AS e(item, kind, emb, i)
+                WHERE e.item = v_i - 1
+            LOOP
+                INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+                VALUES (v_user, v_id, v_vec.n, v_vec.kind, v_vec.emb);
+            END LOOP;
         END IF;
         ordinal := v_i - 1; id := v_id;
         RETURN NEXT;

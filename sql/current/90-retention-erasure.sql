@@ -179,6 +179,8 @@ DECLARE
     v_i integer;
     v_at bigint;
     v_keys text[];
+    v_vec record;
+    v_src record;
 BEGIN
     -- Rows are read as p_rows[1..n] here and by unnest below: an array of more dimensions or another lower bound
     -- (possible from SQL) would pass the checks as NULLs and be written all the same.
@@ -292,13 +294,17 @@ BEGIN
             CONTINUE;
         END IF;
         v_mem_in := v_mem_in + 1;
-        INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
-        SELECT v_user, v_id, e.o, e.v ->> 'kind', (e.v ->> 'embedding')::@vector@.vector
-        FROM jsonb_array_elements(coalesce(v_row -> 'vectors', '[]')) WITH ORDINALITY AS e(v, o);
-        INSERT INTO pgmem.memory_sources (user_id, memory_id, turn_id)
-        SELECT v_user, v_id, coalesce((v_map ->> (s.t #>> '{}'))::bigint, (s.t #>> '{}')::bigint)
-        FROM jsonb_array_elements(coalesce(v_row -> 'sources', '[]')) AS s(t)
-        ON CONFLICT DO NOTHING;
+        -- Row by row (INSERT ... VALUES): Citus runs an INSERT ... SELECT from a set-returning function as COPY,
+        -- which row-level security refuses.
+        FOR v_vec IN SELECT e.o, e.v FROM jsonb_array_elements(coalesce(v_row -> 'vectors', '[]')) WITH ORDINALITY AS e(v, o) LOOP
+            INSERT INTO pgmem.memory_vectors (user_id, memory_id, n, kind, embedding)
+            VALUES (v_user, v_id, v_vec.o, v_vec.v ->> 'kind', (v_vec.v ->> 'embedding')::@vector@.vector);
+        END LOOP;
+        FOR v_src IN SELECT DISTINCT coalesce((v_map ->> (s.t #>> '{}'))::bigint, (s.t #>> '{}')::bigint) AS turn_id
+                     FROM jsonb_array_elements(coalesce(v_row -> 'sources', '[]')) AS s(t) LOOP
+            INSERT INTO pgmem.memory_sources (user_id, memory_id, turn_id) VALUES (v_user, v_id, v_src.turn_id)
+            ON CONFLICT DO NOTHING;
+        END LOOP;
     END LOOP;
     EXCEPTION WHEN integrity_constraint_violation OR data_exception THEN
         RAISE EXCEPTION 'row %: %', v_at, SQLERRM USING ERRCODE = 'PGM08', HINT = 'Rows are numbered from 1; nothing was imported.';

@@ -26,6 +26,14 @@ GRANT USAGE ON SCHEMA pgmem TO pgmem_api;
 -- pgmem_api may create in the schema only while it takes over its functions (ALTER ... OWNER TO needs it).
 GRANT CREATE ON SCHEMA pgmem TO pgmem_api;
 ALTER FUNCTION pgmem.space(text) OWNER TO pgmem_api;
+-- The calls a Citus coordinator delegates to a worker (95-cluster.sql).
+ALTER FUNCTION pgmem.add_for(text, text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.add_batch_for(text, text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.get_for(text, uuid) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.list_for(text, text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.edit_for(text, uuid, text, text, @vector@.vector, integer, text, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.search_for(text, text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz) OWNER TO pgmem_api;
+ALTER FUNCTION pgmem.search_hybrid_for(text, text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.add(text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]) OWNER TO pgmem_api;
 ALTER FUNCTION pgmem.get(uuid) OWNER TO pgmem_api;
@@ -76,6 +84,13 @@ REVOKE EXECUTE ON FUNCTION
 FROM pgmem_api;
 GRANT EXECUTE ON FUNCTION
     pgmem.space(text),
+    pgmem.add_for(text, text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]),
+    pgmem.add_batch_for(text, text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]),
+    pgmem.get_for(text, uuid),
+    pgmem.list_for(text, text, text, text, jsonb, integer, timestamptz, uuid, timestamptz, timestamptz, text, timestamptz),
+    pgmem.edit_for(text, uuid, text, text, @vector@.vector, integer, text, text, text[], @vector@.vector[]),
+    pgmem.search_for(text, text, @vector@.vector, integer, text, text, jsonb, double precision, text, timestamptz, timestamptz, timestamptz),
+    pgmem.search_hybrid_for(text, text, text, @vector@.vector, integer, text, text, jsonb, timestamptz, timestamptz, double precision, double precision, double precision, double precision, text, timestamptz, double precision),
     pgmem.add(text, text, @vector@.vector, text, text, jsonb, timestamptz, text, text[], @vector@.vector[]),
     pgmem.add_batch(text, text[], @vector@.vector[], text[], text[], jsonb[], timestamptz[], text, timestamptz[], integer[], text[], @vector@.vector[], uuid[], text[]),
     pgmem.get(uuid),

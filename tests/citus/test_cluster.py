@@ -77,7 +77,8 @@ def test_distribute_recorded_doctor_and_client_see_cluster_mode(cluster, gateway
     assert citus.state(psycopg.connect(cluster, autocommit=True, row_factory=psycopg.rows.dict_row)).distributed
     assert citus.distribute(cluster) == []  # idempotent: nothing left to do
     checks = {c.name: c for c in run_checks(cluster, space=SPACE, embedder=EMB)}
-    for name in ("citus settings", "citus distribution", "citus plans", "citus roles", "cluster mode"):
+    for name in ("citus settings", "citus distribution", "citus plans", "citus roles", "citus credentials",
+                 "cluster mode"):
         assert checks[name].ok, checks[name]
     assert checks["function probe"].ok, checks["function probe"]
 
@@ -174,8 +175,13 @@ def test_each_user_call_is_routed_to_one_shard_group(cluster, admin, gateway, tw
 
 def test_hnsw_index_used_on_the_shard(cluster, admin, gateway, run_id):
     user = f"{run_id}-large"
-    # The exact route below 50 rows, so that 120 rows take the HNSW route.
-    with memory(cluster, gateway, user, options="-c pgmem.exact_search_max_rows=50") as m:
+    # The exact route below 50 rows, so that 120 rows take the HNSW route: a setting of the login (Citus sends
+    # ALTER ROLE ... SET to the workers), since a call delegated to a worker runs in the login's session there,
+    # not in the client's session on the coordinator.
+    login = f"citus_hnsw_{run_id}"
+    admin.execute(f'CREATE ROLE "{login}" LOGIN IN ROLE pgmem_gateway')
+    admin.execute(f'ALTER ROLE "{login}" SET pgmem.exact_search_max_rows = 50')
+    with memory(cluster, login, user) as m:
         m.add_many([f"fact {i} about topic {i % 7} and colour {i % 5}" for i in range(120)])
 
         def scans() -> int:
@@ -191,6 +197,7 @@ def test_hnsw_index_used_on_the_shard(cluster, admin, gateway, run_id):
         while scans() == before and time.monotonic() < deadline:  # statistics reach the view within a second
             time.sleep(0.2)
         assert scans() > before
+    admin.execute(f'DROP ROLE "{login}"')
 
 
 def test_erase_touches_one_shard_group_and_purge_all(cluster, admin, gateway, two):
@@ -306,3 +313,44 @@ def test_concurrent_keyed_puts_of_one_key_make_one_memory(cluster, admin, gatewa
                          ).fetchone() == ("h",)
     assert admin.execute("SELECT count(*) FROM pgmem.key_locks WHERE user_id = ANY(%s)",
                          [[a.user_id, b.user_id]]).fetchone() == (2,)
+
+
+def test_each_users_call_is_one_remote_command_to_one_worker(cluster, admin, gateway, two):
+    """Function call delegation (issue #34): each *_for call, as the client sends it in cluster mode (one
+    statement outside a transaction block), reaches the worker holding its user's shard group in one remote
+    command, and its writes commit there (no PREPARE TRANSACTION)."""
+    from pgmem.transport import DelegatedIdentity
+
+    a, b = two
+    a.add("alice's memory to edit and route")
+    assert type(a._transport.identity) is DelegatedIdentity
+    vec = EMB.embed(["route me"])[0]
+    for m in (a, b):
+        mid = m.add(f"{m.user_id} routes this memory").id
+        port = admin.execute("SELECT p.nodeport FROM pg_dist_shard_placement p WHERE p.shardid = "
+                             "get_shard_id_for_distribution_column('pgmem.memories', %s::text)", (m.user_id,)).fetchone()[0]
+        calls = [
+            ("SELECT * FROM pgmem.search_for(%s::text, %s::text, %s::vector, 5)", (m.user_id, SPACE, vec)),
+            ("SELECT * FROM pgmem.search_hybrid_for(%s::text, %s::text, %s::text, %s::vector, 5)",
+             (m.user_id, SPACE, "routes memory", vec)),
+            ("SELECT * FROM pgmem.list_for(%s::text, %s::text)", (m.user_id, SPACE)),
+            ("SELECT * FROM pgmem.get_for(%s::text, %s::uuid)", (m.user_id, mid)),
+            ("SELECT * FROM pgmem.add_for(%s::text, %s::text, %s::text, %s::vector)",
+             (m.user_id, SPACE, f"{m.user_id} adds one more", vec)),
+            ("SELECT * FROM pgmem.add_batch_for(%s::text, %s::text, %s::text[], %s::vector[])",
+             (m.user_id, SPACE, [f"{m.user_id} batch 1", f"{m.user_id} batch 2"], [vec, vec])),
+            ("SELECT * FROM pgmem.edit_for(%s::text, %s::uuid, 'routes', 'sends', %s::vector)", (m.user_id, mid, vec)),
+        ]
+        with psycopg.connect(as_login(cluster, gateway), autocommit=True) as conn:
+            register_vector(conn)
+            seen: list[tuple[str, str]] = []
+            conn.add_notice_handler(lambda d: seen.append((d.message_primary or "", d.message_detail or "")))
+            conn.execute("SET citus.log_remote_commands = on")
+            conn.execute("SET client_min_messages = log")
+            for sql, params in calls:
+                seen.clear()
+                rows = conn.execute(sql, params).fetchall()
+                issued = [(c, d) for c, d in seen if c.startswith("issuing ")]
+                assert len(issued) == 1 and "_for(" in issued[0][0], (sql, seen)
+                assert issued[0][1].split("@")[-1].split()[0] == f"127.0.0.1:{port}", (sql, issued)
+                assert rows or "get_for" not in sql

@@ -13,7 +13,7 @@ import pytest
 import pgmem
 from pgmem import validation
 from pgmem.queries import AS_USER, ROUTES, parse, statement, statements
-from pgmem.transport import IdentityRoute, TransactionIdentity
+from pgmem.transport import DelegatedIdentity, IdentityRoute, SyncTransport, TransactionIdentity
 
 PACKAGE = Path(pgmem.__file__).resolve().parent
 RAW = resources.files("pgmem").joinpath("queries.sql").read_text(encoding="utf-8")
@@ -94,6 +94,74 @@ def test_identity_in_a_transaction_block_gives_the_same_answers(make_memory):
     added = block.add("a memory written acting for alice in a transaction block")
     assert alice.get(added.id).user_id == "alice" and bob.get(added.id) is None
     assert seen and set(seen) == {"transaction"}
+
+
+def test_delegated_calls_give_the_same_answers(make_memory):
+    """Cluster mode's route (DelegatedIdentity): the *_for twins, one statement with the user first, answer as
+    the one-statement route does on a single server, for every delegated call, and see only their user's rows."""
+    seen: list[str] = []
+
+    class Recording(DelegatedIdentity):
+        def plan(self, stmt, *args):
+            call = super().plan(stmt, *args)
+            seen.append(stmt.name if "_for(" in call.sql else "")
+            return call
+
+    alice, bob = make_memory("alice", "planner"), make_memory("bob", "b")
+    alice.add_many([f"memory {i} of alice about topic {i % 5}" for i in range(30)])
+    bob.add("bob's memory about topic 3")
+    d = make_memory("alice", "planner")
+    d._transport.identity = Recording()
+    for query in ("topic 3", "memory 7"):
+        assert [(r.id, round(r.score, 6)) for r in d.search(query, k=8)] == \
+            [(r.id, round(r.score, 6)) for r in alice.search(query, k=8)]
+        emb = d._embedder.embed([query])[0]
+        assert [r.id for r in d.search(embedding=emb, k=5, mode="vector")] == \
+            [r.id for r in alice.search(embedding=emb, k=5, mode="vector")]
+    assert [r.id for r in d.list(limit=100).items] == [r.id for r in alice.list(limit=100).items]
+    added = d.add("a memory written by the delegated route. It has two sentences.")
+    made = d.add_many(["two more memories", "from the delegated route"])
+    assert d.get(added.id).user_id == "alice" and bob.get(added.id) is None
+    assert "route" in d.edit(added.id, "delegated", "single-server").content
+    assert all(alice.get(m.id) for m in made)
+    assert {"search", "search_hybrid", "list", "add", "add_batch", "get", "edit"} <= set(seen)
+    # Another user's memory is out of reach through the twins as through the calls they stand for.
+    other = bob.add("bob's private note").id
+    assert d.get(other) is None and all(r.user_id == "alice" for r in d.search("private note"))
+
+
+def test_a_refused_route_is_changed_once():
+    """A one-statement call refused with PGM11 (pgmem.as_user on a distributed schema; a *_for call Citus did not
+    delegate) or a *_for twin the schema lacks: the transport changes route (single server -> cluster mode ->
+    transactions) and calls again; a route set by its user stays."""
+    class Refused(Exception):
+        def __init__(self, sqlstate, msg=""):
+            super().__init__(msg)
+            self.sqlstate = sqlstate
+
+    grouped = SyncTransport(pool=None, role="pgmem_gateway")  # a NOLOGIN role the workers refuse: no delegation
+    grouped._set_cluster(True)
+    assert type(grouped.identity) is TransactionIdentity
+    t = SyncTransport(pool=None)
+    t._set_cluster(False)
+    assert not t._reroute(Refused("PGM11"), "transaction") and t.cluster is False
+    assert t._reroute(Refused("PGM11"), "statement") and t.cluster is True
+    assert isinstance(t.identity, DelegatedIdentity)
+    # A shard group that moved on the way (rebalancing): once more by the same route, then transactions.
+    assert t._reroute(Refused("08006", "connection to the remote node pgmem_api@10.0.0.3:5432 failed"), "statement")
+    assert isinstance(t.identity, DelegatedIdentity)
+    assert t._reroute(Refused("PGM11"), "statement") and isinstance(t.identity, DelegatedIdentity)
+    assert t._reroute(Refused("PGM11"), "statement", 1) and type(t.identity) is TransactionIdentity
+    assert not t._reroute(Refused("PGM11"), "statement", 1)
+    u = SyncTransport(pool=None)
+    u._set_cluster(True)
+    assert not u._reroute(Refused("42883", "function pgmem.list(...) does not exist"), "statement")
+    assert u._reroute(Refused("42883", "function pgmem.list_for(...) does not exist"), "statement")
+    assert type(u.identity) is TransactionIdentity
+    mine = SyncTransport(pool=None)
+    mine.identity = IdentityRoute()
+    mine._set_cluster(False)
+    assert not mine._reroute(Refused("PGM11"), "statement") and type(mine.identity) is IdentityRoute
 
 
 def imports_of(path: Path) -> set[str]:

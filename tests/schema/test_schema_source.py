@@ -90,6 +90,28 @@ def copy_sources(tmp_path: Path) -> Path:
     return dest
 
 
+def release_sources(tmp_path: Path) -> Path:
+    """A copy of sql/ as the last release left it: without the pending migration, and sql/current as of the
+    commit that recorded the release (sql/releases.toml), when a pending migration exists in the checkout."""
+    import subprocess
+
+    dest = copy_sources(tmp_path)
+    releases = (REPO / "sql" / "releases.toml").read_text(encoding="utf-8")
+    last_released = max(int(p.name[:4]) for p in dest.glob("*.sql") if p.name.split(".rollback")[0].removesuffix(".sql")
+                        in releases)
+    pending = [p for p in dest.glob("*.sql") if int(p.name[:4]) > last_released]
+    if pending:
+        for p in pending:
+            p.unlink()
+        commit = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", "sql/releases.toml"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        shutil.rmtree(dest / "current")
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "sql/current"], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "x", "-C", str(tmp_path)], input=archive, check=True)  # into dest (tmp_path/sql)
+    return dest
+
+
 def edit(path: Path, old: str, new: str) -> None:
     text = path.read_text(encoding="utf-8")
     assert text.count(old) == 1, f"{old!r} is not in {path.name} exactly once"
@@ -214,14 +236,17 @@ def test_sqlgen_pending_keeps_one_migration_per_release(migrated, empty_db, tmp_
     """Between releases every change goes into the next release's one pending migration: generated from all
     the functions that differ from the last release, regenerated after each change, its hand-written table
     DDL (and the DDL's undoing) kept; it equals sql/current and rolls back to the release."""
-    sql_dir = copy_sources(tmp_path)
+    sql_dir = release_sources(tmp_path)
     cur = sql_dir / "current"
+    released = empty_db()
+    apply_migrations(released, sql_dir)
+    last = int(src.migration_files(sql_dir)[-1].name[:4])
     with pytest.raises(SystemExit):  # nothing differs from the release yet
         sqlgen.main(["--sql-dir", str(sql_dir), "--pending", "--version", "0.2.0"])
     edit(cur / "60-search.sql", "    v_static boolean := p_as_of IS NULL", "    -- first change\n    v_static boolean := p_as_of IS NULL")
     assert sqlgen.main(["--sql-dir", str(sql_dir), "--pending", "--version", "0.2.0"]) == 0
     pending = [p for p in src.migration_files(sql_dir) if "0.2.0" in p.name]
-    assert [p.name for p in pending] == [f"{int(src.migration_files()[-1].name[:4]) + 1:04d}.pgmem-0.2.0.sql"]
+    assert [p.name for p in pending] == [f"{last + 1:04d}.pgmem-0.2.0.sql"]
     forward, undo = pending[0], pending[0].with_name(pending[0].name[:-4] + ".rollback.sql")
     # A table added by hand, in sql/current and in the hand-written parts of both files.
     with (cur / "30-memories.sql").open("a", encoding="utf-8") as f:
@@ -243,7 +268,7 @@ def test_sqlgen_pending_keeps_one_migration_per_release(migrated, empty_db, tmp_
     apply_migrations(again, sql_dir)
     assert_same(src.dump_schema(built_from_current(empty_db(), cur)), src.dump_schema(again), "the pending migration")
     rollback_one(again, sql_dir)
-    assert_same(src.dump_schema(migrated), src.dump_schema(again), "the pending migration rolled back")
+    assert_same(src.dump_schema(released), src.dump_schema(again), "the pending migration rolled back")
 
     # A second migration after the release is refused: one per release.
     (sql_dir / "9999.pgmem-extra.sql").write_text("-- extra\n-- depends: x\nSELECT 1;\n", encoding="utf-8")

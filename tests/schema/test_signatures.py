@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import pgmem
-from pgmem.queries import all_queries
+from pgmem.queries import DELEGATED, all_queries, statement
 
 PACKAGE = Path(pgmem.__file__).resolve().parent
 CALL = re.compile(r"\bpgmem\.([a-z_][a-z0-9_]*)\s*\(")
@@ -45,7 +45,29 @@ def test_queries_file_is_not_empty():
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_query_matches_function_signature(admin: psycopg.Connection, name: str):
-    fn, args = parse(name, QUERIES[name])
+    _check_signature(admin, name, QUERIES[name])
+
+
+# The calls a cluster client makes instead (pgmem.queries.DELEGATED): the *_for twins, user first.
+FOR_CALLS = {f"{n}_for": statement(n).delegated for n in DELEGATED}
+
+
+@pytest.mark.parametrize("name", sorted(FOR_CALLS))
+def test_delegated_call_matches_its_twin(admin: psycopg.Connection, name: str):
+    """Each *_for call matches its function, which takes the arguments of the call it stands for (same names,
+    types and defaults) after p_user_id, and returns the same."""
+    assert FOR_CALLS[name] is not None, f"{name.removesuffix('_for')} is not an as_user call of one pgmem function"
+    _check_signature(admin, name, FOR_CALLS[name])
+    base = name.removesuffix("_for")
+    sig = {r[0]: r[1:] for r in admin.execute(
+        "SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid) FROM pg_proc p "
+        "WHERE p.pronamespace = 'pgmem'::regnamespace AND p.proname = ANY (%s)", ([name, base],)).fetchall()}
+    assert sig[name][0] == "p_user_id text, " + sig[base][0]
+    assert sig[name][1] == sig[base][1]
+
+
+def _check_signature(admin: psycopg.Connection, name: str, block: str) -> None:
+    fn, args = parse(name, block)
     overloads = admin.execute(
         """
         SELECT p.oid::regprocedure::text,
