@@ -130,13 +130,14 @@ class State:
     flag: str | None = None
     foreign_keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     subselect_policies: list[str] = field(default_factory=list)
+    user_tables: tuple[str, ...] = USER_TABLES  # those of USER_TABLES the schema has (a rolled-back one has fewer)
 
     @property
     def distributed(self) -> bool:
-        """Whether the plan is complete: both reference tables and the nine user tables colocated by user_id."""
+        """Whether the plan is complete: both reference tables and the user tables colocated by user_id."""
         return (all(self.tables.get(t) == "reference" for t in REFERENCE_TABLES)
-                and all(self.tables.get(t) == "distributed by user_id" for t in USER_TABLES)
-                and len({self.colocation.get(t) for t in USER_TABLES}) == 1)
+                and all(self.tables.get(t) == "distributed by user_id" for t in self.user_tables)
+                and len({self.colocation.get(t) for t in self.user_tables}) == 1)
 
 
 def citus_version(conn) -> str | None:
@@ -167,6 +168,8 @@ def state(conn) -> State:
         else:
             st.tables[r["relname"]] = "citus local"
     st.flag = _rows(conn, SQL_CLUSTER_FLAG)[0]["flag"]
+    st.user_tables = tuple(t for t in USER_TABLES
+                           if _rows(conn, "SELECT to_regclass(%s) IS NOT NULL AS ok", (f"pgmem.{t}",))[0]["ok"])
     st.foreign_keys = {r["name"]: (r["table"], r["definition"])
                        for r in _rows(conn, SQL_FOREIGN_KEYS, (list(USER_TABLES),))}
     st.subselect_policies = [r["tablename"] for r in _rows(conn, SQL_POLICIES, (list(USER_TABLES),))
@@ -376,7 +379,7 @@ def _distribute(conn) -> list[str]:
             if st.tables.get(table) != "reference":
                 conn.execute("SELECT create_reference_table(%s)", (f"pgmem.{table}",))
                 done.append(f"reference table pgmem.{table}")
-        for table in USER_TABLES:
+        for table in st.user_tables:
             if st.tables.get(table) != "distributed by user_id":
                 colocate = "default" if table == "memories" else "pgmem.memories"
                 # The rows a table holds already are copied into its shards: with its triggers off, or the

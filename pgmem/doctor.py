@@ -434,7 +434,7 @@ def _citus_checks(conn) -> list[Check]:
     import psycopg
 
     from . import citus
-    from .citus import CLUSTER_VALUE, FOREIGN_KEYS, REFERENCE_TABLES, SQL_LOCAL_FUNCTIONS, USER_TABLES
+    from .citus import CLUSTER_VALUE, FOREIGN_KEYS, REFERENCE_TABLES, SQL_LOCAL_FUNCTIONS
     from .errors import from_psycopg
 
     try:
@@ -450,11 +450,11 @@ def _citus_checks(conn) -> list[Check]:
                      else "citus.enable_unsafe_triggers on, citus.propagate_set_commands local, "
                           "citus.allow_nested_distributed_execution on (workers)"))
     missing = [t for t in REFERENCE_TABLES if st.tables.get(t) != "reference"] + \
-              [t for t in USER_TABLES if st.tables.get(t) != "distributed by user_id"]
+              [t for t in st.user_tables if st.tables.get(t) != "distributed by user_id"]
     lost = sorted(set(FOREIGN_KEYS) - set(st.foreign_keys))
     if st.distributed and not st.subselect_policies and not lost:
         out.append(Check("citus distribution", True, f"Citus {st.citus}: reference {', '.join(REFERENCE_TABLES)}; "
-                                                     f"{len(USER_TABLES)} tables colocated by user_id"))
+                                                     f"{len(st.user_tables)} tables colocated by user_id"))
     else:
         what = (f"not distributed: {', '.join(missing)}" if missing else "tables not colocated") if not st.distributed \
             else ("policies with a sub-select: " + ", ".join(st.subselect_policies) if st.subselect_policies

@@ -1,6 +1,9 @@
 -- Undo 0025.pgmem-0.2.0: back to release 0.1.0.
 
 -- Hand-written, run first: what undoes the hand-written parts of the migration (kept when regenerated).
+-- On a Citus cluster the drops below are DDL on distributed tables, and function commands follow them in
+-- the same transaction (sql/current/README.md, "Migrations and Citus"); a placeholder setting on a single server.
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 DROP TRIGGER memories_terms_insert ON pgmem.memories;
 DROP TRIGGER memories_terms_update ON pgmem.memories;
 DROP TRIGGER memories_terms_delete ON pgmem.memories;

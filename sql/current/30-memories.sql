@@ -465,6 +465,12 @@ DECLARE
     -- the statement's memories whose postings change: +1 entering, -1 leaving
     v_user text[]; v_id uuid[]; v_space integer[]; v_fts tsvector[]; v_len integer[]; v_sign integer[];
 BEGIN
+    -- On a Citus cluster the trigger fires on each shard (memories_<shard id>), whose statement could write the
+    -- distributed postings only by COPY, which row-level security refuses: the postings are a single server's,
+    -- and hybrid search of a large user on a cluster ranks its text pool by ts_rank (pgmem.search_hybrid).
+    IF TG_TABLE_NAME <> 'memories' THEN
+        RETURN NULL;
+    END IF;
     IF TG_OP = 'INSERT' THEN
         SELECT array_agg(n.user_id), array_agg(n.id), array_agg(n.space_id), array_agg(n.fts), array_agg(n.fts_len),
                array_agg(1)

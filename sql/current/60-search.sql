@@ -750,9 +750,12 @@ BEGIN
         -- read once: 0.6x the time of the index scan in created_at order that the generic plan picks,
         -- bench/FINDINGS.md H6), equal text ranks newest first, as the final order breaks ties.
         IF p_as_of IS NULL AND p_agent_id IS NULL AND p_session_id IS NULL AND p_created_after IS NULL
-           AND p_created_before IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb) THEN
+           AND p_created_before IS NULL AND (p_filter IS NULL OR p_filter = '{}'::jsonb)
+           AND EXISTS (SELECT 1 FROM pgmem.term_stats s
+                       WHERE s.user_id = v_user AND s.space_id = v_space.space_id AND s.lexeme = '') THEN
             -- The whole space: the v_pool best by BM25 over the user's own texts, from the postings, whatever the
-            -- user's size (pgmem._text_top, exact), less those expired and not yet purged.
+            -- user's size (pgmem._text_top, exact), less those expired and not yet purged. (No statistics: a
+            -- Citus cluster, which keeps no postings, pgmem._memories_terms; ts_rank below.)
             v_ids := (pgmem._text_top(v_user, v_space.space_id, v_lexemes, v_pool, p_k, 20 * v_pool)).o_ids;
             v_ids := ARRAY(SELECT m.id FROM unnest(v_ids) AS c(id) JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
                            WHERE pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now() AND m.valid_from <= now());
