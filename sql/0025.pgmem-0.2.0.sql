@@ -1342,6 +1342,24 @@ BEGIN
             v_ids := (pgmem._text_top(v_user, v_space.space_id, v_lexemes, v_pool, p_k, 20 * v_pool)).o_ids;
             v_ids := ARRAY(SELECT m.id FROM unnest(v_ids) AS c(id) JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
                            WHERE pgmem._expiry(m.expires_at, m.created_at, v_space.memory_ttl) > now() AND m.valid_from <= now());
+            -- With the memory before and after each in its session: a reply is found by the words of the turn it
+            -- answers (the session window of step 2), and the window of a match is whole.
+            v_ids := v_ids || ARRAY(
+                SELECT n.id
+                FROM unnest(v_ids) AS c(id) JOIN pgmem.memories m ON m.user_id = v_user AND m.id = c.id
+                CROSS JOIN LATERAL (
+                    (SELECT x.id FROM pgmem.memories x
+                     WHERE x.user_id = v_user AND x.session_id = m.session_id AND (x.created_at, x.seq) > (m.created_at, m.seq)
+                       AND x.space_id = v_space.space_id AND x.valid_to IS NULL AND x.valid_from <= now()
+                       AND pgmem._expiry(x.expires_at, x.created_at, v_space.memory_ttl) > now()
+                     ORDER BY x.created_at, x.seq LIMIT 1)
+                    UNION ALL
+                    (SELECT x.id FROM pgmem.memories x
+                     WHERE x.user_id = v_user AND x.session_id = m.session_id AND (x.created_at, x.seq) < (m.created_at, m.seq)
+                       AND x.space_id = v_space.space_id AND x.valid_to IS NULL AND x.valid_from <= now()
+                       AND pgmem._expiry(x.expires_at, x.created_at, v_space.memory_ttl) > now()
+                     ORDER BY x.created_at DESC, x.seq DESC LIMIT 1)) n
+                WHERE m.session_id IS NOT NULL);
         ELSE
             -- A filtered scope: its rows that hold a query term, ranked by ts_rank.
             PERFORM set_config('enable_indexscan', 'off', true);

@@ -120,11 +120,16 @@ def test_ranking_equals_the_released_design(make_memory, admin, embedder, route)
             for e in (emb, None):  # hybrid, text
                 for kw in ({}, {"k": 3}, {"agent_id": "planner"}, {"session_id": "s2"},
                            {"filter": psycopg.types.json.Jsonb({"topic": {"in": ["s1", "family"]}})}):
+                    if route == "pooled" and set(kw) <= {"k"}:
+                        # A search of the whole space on the pooled route takes its text pool from the postings
+                        # with the session neighbours of each match since migration 0025 (another candidate set
+                        # by design): tests/search/test_text_postings.py. Filtered searches still rank as released.
+                        continue
                     old = rows(conn, "search_hybrid_ref", q, e, **kw)
                     new = rows(conn, "search_hybrid", q, e, **kw)
                     assert same(old, new), (q, e is None, kw, old, new)
                     compared += len(new)
-        assert compared > 300
+        assert compared > (300 if route == "exact" else 150)
         # The same through the client, default weights.
         hits = alice.search(QUERIES[0], k=5)
         ref = rows(conn, "search_hybrid_ref", QUERIES[0], embedder.embed([QUERIES[0]])[0], k=5)

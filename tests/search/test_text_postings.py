@@ -171,3 +171,21 @@ def test_the_pooled_route_takes_its_text_pool_from_the_postings(make_memory, adm
                              [embedder.embed(["violin recital"])[0]]).fetchall()
     assert rows[0][0] == "the violin recital was on Friday" == hits_exact[0].content
     assert rows[0][1] > 0
+
+
+def test_the_pooled_route_adds_the_session_neighbours_of_its_text_matches(make_memory, admin):
+    """A reply holds none of the question's words: on the exact route the session window finds it; on the pooled
+    route it is a candidate because it follows a text match in its session (migration 0025)."""
+    alice = make_memory("alice", "planner")
+    alice.add_many([f"note {i} about tomatoes and basil" for i in range(30)] + ["I bought a pottery wheel"])
+    alice.add_many(["Melanie: which city hosts the pottery festival?", "Caroline: Lisbon, every May.",
+                    "Melanie: great, thanks"], session_id="s1")
+    reply = "Caroline: Lisbon, every May."
+    exact = [h.content for h in alice.search("pottery festival city", k=2, mode="text")]
+    assert reply in exact
+    # Two text matches >= k = 2: the pools are used (fewer would send the search to every row).
+    with as_api(admin, "alice"):
+        admin.execute("SET LOCAL pgmem.exact_search_max_rows = 5")
+        pooled = [r[0] for r in admin.execute(
+            "SELECT content FROM pgmem.search_hybrid('t64', 'pottery festival city', NULL, 2)").fetchall()]
+    assert pooled == ["Melanie: which city hosts the pottery festival?", reply]
