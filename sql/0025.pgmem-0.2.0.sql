@@ -707,6 +707,41 @@ DO $pgmem$ BEGIN PERFORM pgmem._define($def$
 GRANT EXECUTE ON FUNCTION pgmem.edit_for(text, uuid, text, text, @vector@.vector, integer, text, text, text[], @vector@.vector[]) TO pgmem_agent
 $def$); END $pgmem$;
 
+CREATE OR REPLACE FUNCTION pgmem.erase_user(p_user_id text) RETURNS TABLE (table_name text, rows bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pgmem, pg_temp
+AS $$
+DECLARE
+    v_table name;
+BEGIN
+    PERFORM pgmem._require_maintainer('erase a user');
+    IF p_user_id IS NULL OR p_user_id = '' THEN
+        RAISE EXCEPTION 'name the user to erase' USING ERRCODE = 'PGM08';
+    END IF;
+    -- No history is written for the erased rows (ERASE), and every table of the schema with a user_id
+    -- column is covered, tables added by later migrations included: children first (the postings too, which the
+    -- memories trigger would otherwise remove uncounted), then memories.
+    PERFORM set_config('pgmem.event', 'ERASE', true);
+    FOR v_table IN
+        SELECT c.relname FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = 'user_id' AND NOT a.attisdropped
+        WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p')
+        ORDER BY CASE c.relname WHEN 'memory_vectors' THEN 0 WHEN 'memory_sources' THEN 0 WHEN 'memory_terms' THEN 0
+                                WHEN 'memories' THEN 1 ELSE 2 END, c.relname
+    LOOP
+        EXECUTE format('DELETE FROM pgmem.%I WHERE user_id = $1', v_table) USING p_user_id;
+        table_name := v_table;
+        GET DIAGNOSTICS rows = ROW_COUNT;
+        RETURN NEXT;
+    END LOOP;
+    PERFORM set_config('pgmem.event', '', true);
+END
+$$;
+
+COMMENT ON FUNCTION pgmem.erase_user(text) IS
+    'Right to erasure: delete every row of one user from every pgmem table (memories, extra vectors, turns, sources, history, role bindings) in one transaction, writing no history; returns rows deleted per table. Other users are untouched. Superuser or BYPASSRLS only. Dead row versions stay on disk until VACUUM; backups keep them until rotated (docs/lifecycle.md).';
+
 -- pgmem.get acting as p_user_id, run where that user's rows are: on a Citus cluster the coordinator delegates the
 -- call to the worker holding the user's shard group (create_distributed_function by p_user_id, pgmem distribute),
 -- one remote command; on a single server it is pgmem.get after pgmem.act_as.

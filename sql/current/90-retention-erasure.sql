@@ -103,14 +103,16 @@ BEGIN
         RAISE EXCEPTION 'name the user to erase' USING ERRCODE = 'PGM08';
     END IF;
     -- No history is written for the erased rows (ERASE), and every table of the schema with a user_id
-    -- column is covered, tables added by later migrations included: children first, then memories.
+    -- column is covered, tables added by later migrations included: children first (the postings too, which the
+    -- memories trigger would otherwise remove uncounted), then memories.
     PERFORM set_config('pgmem.event', 'ERASE', true);
     FOR v_table IN
         SELECT c.relname FROM pg_catalog.pg_class c
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
         JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = 'user_id' AND NOT a.attisdropped
         WHERE n.nspname = 'pgmem' AND c.relkind IN ('r', 'p')
-        ORDER BY CASE c.relname WHEN 'memory_vectors' THEN 0 WHEN 'memory_sources' THEN 0 WHEN 'memories' THEN 1 ELSE 2 END, c.relname
+        ORDER BY CASE c.relname WHEN 'memory_vectors' THEN 0 WHEN 'memory_sources' THEN 0 WHEN 'memory_terms' THEN 0
+                                WHEN 'memories' THEN 1 ELSE 2 END, c.relname
     LOOP
         EXECUTE format('DELETE FROM pgmem.%I WHERE user_id = $1', v_table) USING p_user_id;
         table_name := v_table;
